@@ -1,0 +1,229 @@
+"""Time breakdown of a run: compute, communication, memory and idle GPU time, per kernel and
+per op. Pure functions over a store connection; they return plain data and never print.
+
+Definitions (the same as Holistic Trace Analysis's categories, see ``docs/analysis.md``):
+
+- GPU activity is every trace event of category ``kernel``, ``gpu_memcpy`` or ``gpu_memset``
+  (any capitalisation), stored in ``kernels`` with ``kind`` kernel / memcpy / memset.
+- ``memory`` is memcpy plus memset time (by category, or a kernel named ``Memcpy...`` /
+  ``Memset...``); ``communication`` is kernels whose name mentions nccl, rccl, msccl or hccl;
+  ``compute`` is every other kernel.
+- ``idle`` is, per device, the span from its first GPU activity to its last minus the union of
+  its busy intervals, summed over devices.
+
+Unlike HTA, every kernel counts (also those outside complete profiler steps), times keep their
+sub-microsecond precision, and CPU ops are never counted as GPU time.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # pragma: no cover
+    import duckdb
+
+SCHEMA = "gpuscope.analysis/1"
+CATEGORIES = ("compute", "communication", "memory")
+BOUNDS = ("compute_bound", "memory_bound", "latency_bound", "unknown")
+
+
+@dataclass(frozen=True)
+class DeviceBreakdown:
+    """GPU time of one device, in microseconds."""
+
+    device_id: int
+    key: str
+    compute_us: float
+    communication_us: float
+    memory_us: float
+    idle_us: float
+    span_us: float
+    busy_us: float
+    activities: int
+
+
+def device_breakdowns(con: duckdb.DuckDBPyConnection, run_id: int) -> list[DeviceBreakdown]:
+    """Per-device compute / communication / memory / idle time of ``run_id``.
+
+    Idle is the sum of the gaps between merged busy intervals: an activity that starts after
+    every earlier one (in start order) has ended opens a gap of that length.
+    """
+    rows = con.execute(
+        """
+        WITH iv AS (
+            SELECT device_id, category, ts_ns, dur_ns, ts_ns + dur_ns AS end_ns,
+                   max(ts_ns + dur_ns) OVER (PARTITION BY device_id ORDER BY ts_ns, ts_ns + dur_ns
+                                             ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS prev_end
+            FROM kernels WHERE run_id = ?
+        )
+        SELECT iv.device_id, coalesce(d.key, 'device' || iv.device_id),
+               sum(dur_ns) FILTER (WHERE category = 'compute'),
+               sum(dur_ns) FILTER (WHERE category = 'communication'),
+               sum(dur_ns) FILTER (WHERE category = 'memory'),
+               sum(CASE WHEN prev_end IS NOT NULL AND ts_ns > prev_end THEN ts_ns - prev_end ELSE 0 END),
+               max(end_ns) - min(ts_ns), count(*)
+        FROM iv LEFT JOIN devices d ON d.run_id = ? AND d.device_id = iv.device_id
+        GROUP BY ALL ORDER BY iv.device_id
+        """,
+        [run_id, run_id],
+    ).fetchall()
+    out = []
+    for dev, key, comp, comm, mem, idle, span, n in rows:
+        idle = idle or 0
+        span = span or 0
+        out.append(
+            DeviceBreakdown(int(dev), str(key), (comp or 0) / 1e3, (comm or 0) / 1e3, (mem or 0) / 1e3,
+                            idle / 1e3, span / 1e3, (span - idle) / 1e3, int(n))
+        )
+    return out
+
+
+def time_breakdown(per_device: list[DeviceBreakdown]) -> dict[str, float]:
+    """``time_us`` of the analysis document: totals over all devices, in microseconds."""
+    return {
+        "compute": sum(d.compute_us for d in per_device),
+        "communication": sum(d.communication_us for d in per_device),
+        "memory": sum(d.memory_us for d in per_device),
+        "idle": sum(d.idle_us for d in per_device),
+    }
+
+
+def _json_or_none(text: str | None) -> Any:
+    if text is None:
+        return None
+    try:
+        return json.loads(text)
+    except ValueError:
+        return text
+
+
+def kernel_table(con: duckdb.DuckDBPyConnection, run_id: int, limit: int | None = None) -> list[dict[str, Any]]:
+    """One entry per distinct GPU activity name, most total time first."""
+    sql = """
+        SELECT name, kind, category, count(*) AS count, sum(dur_ns) / 1e3 AS total_us,
+               avg(dur_ns) / 1e3 AS mean_us, min(dur_ns) / 1e3 AS min_us, max(dur_ns) / 1e3 AS max_us,
+               count(DISTINCT device_id) AS devices, count(op_id) AS with_op
+        FROM kernels WHERE run_id = ?
+        GROUP BY name, kind, category
+        ORDER BY total_us DESC, name
+    """
+    if limit is not None:
+        sql += f" LIMIT {int(limit)}"
+    cols = ["name", "kind", "category", "count", "total_us", "mean_us", "min_us", "max_us", "devices", "with_op"]
+    out = []
+    for r in con.execute(sql, [run_id]).fetchall():
+        d = dict(zip(cols, r))
+        d.update(bound="unknown", flops=None, bytes=None)
+        out.append(d)
+    return out
+
+
+def op_table(con: duckdb.DuckDBPyConnection, run_id: int, gpu: bool, limit: int | None = None) -> list[dict[str, Any]]:
+    """One entry per distinct (op name, input shapes, input dtypes).
+
+    With GPU activity, an op's ``kernel_us`` is the GPU time of the activities it launched (its
+    kernels, memcpys and memsets), summed over calls, and only ops that launched something are
+    listed. On a CPU-only run the innermost (leaf) ops are listed with their CPU time.
+    """
+    if gpu:
+        sql = """
+            WITH per_op AS (
+                SELECT op_id, sum(dur_ns) AS gpu_ns, count(*) AS n
+                FROM kernels WHERE run_id = ? AND op_id IS NOT NULL GROUP BY op_id
+            )
+            SELECT o.name, o.input_dims, o.input_types, count(*) AS count, sum(p.gpu_ns) / 1e3 AS kernel_us,
+                   sum(o.dur_ns) / 1e3 AS cpu_us, sum(p.n) AS kernels
+            FROM ops o JOIN per_op p ON p.op_id = o.op_id
+            WHERE o.run_id = ?
+            GROUP BY o.name, o.input_dims, o.input_types
+            ORDER BY kernel_us DESC, o.name
+        """
+        params = [run_id, run_id]
+    else:
+        sql = """
+            SELECT name, input_dims, input_types, count(*) AS count, sum(dur_ns) / 1e3 AS kernel_us,
+                   sum(dur_ns) / 1e3 AS cpu_us, 0 AS kernels
+            FROM ops WHERE run_id = ? AND is_leaf
+            GROUP BY name, input_dims, input_types
+            ORDER BY kernel_us DESC, name
+        """
+        params = [run_id]
+    if limit is not None:
+        sql += f" LIMIT {int(limit)}"
+    out = []
+    for name, dims, types, count, kernel_us, cpu_us, kernels in con.execute(sql, params).fetchall():
+        out.append({
+            "name": name,
+            "input_dims": _json_or_none(dims),
+            "input_types": _json_or_none(types),
+            "count": int(count),
+            "flops": None,
+            "bytes": None,
+            "kernel_us": float(kernel_us or 0.0),
+            "cpu_us": float(cpu_us or 0.0),
+            "kernels": int(kernels or 0),
+            "bound": "unknown",
+        })
+    return out
+
+
+def device_list(con: duckdb.DuckDBPyConnection, run_id: int) -> list[dict[str, Any]]:
+    """The devices of a run: ``{key, vendor, name, spec, kind, ...}``."""
+    rows = con.execute(
+        "SELECT device_id, key, vendor, name, spec_key, kind, source, memory_total_bytes, compute_capability, "
+        "num_sms, warp_size FROM devices WHERE run_id = ? ORDER BY device_id",
+        [run_id],
+    ).fetchall()
+    cols = ["device_id", "key", "vendor", "name", "spec", "kind", "source", "memory_total_bytes",
+            "compute_capability", "num_sms", "warp_size"]
+    return [dict(zip(cols, r)) for r in rows]
+
+
+def analyze_run(con: duckdb.DuckDBPyConnection, run_id: int, top: int | None = None) -> dict[str, Any]:
+    """The ``gpuscope.analysis/1`` document of ``run_id`` (design.md §4.2).
+
+    ``top`` limits the ``ops`` and ``kernels`` lists (None: all of them).
+    """
+    run = con.execute(
+        "SELECT id, name, status, source, started_ns, ended_ns, info FROM runs WHERE id = ?", [run_id]
+    ).fetchone()
+    if run is None:
+        raise KeyError(run_id)
+    info = _json_or_none(run[6]) or {}
+    per_device = device_breakdowns(con, run_id)
+    time_us = time_breakdown(per_device)
+    gpu = bool(per_device)
+    kernels = kernel_table(con, run_id, top)
+    ops = op_table(con, run_id, gpu, top)
+    counts = con.execute(
+        "SELECT (SELECT count(*) FROM kernels WHERE run_id = $1), "
+        "(SELECT count(*) FROM kernels WHERE run_id = $1 AND op_id IS NULL), "
+        "(SELECT coalesce(sum(dur_ns), 0) FROM kernels WHERE run_id = $1 AND op_id IS NULL), "
+        "(SELECT count(*) FROM ops WHERE run_id = $1), "
+        "(SELECT count(*) FROM annotations WHERE run_id = $1 AND kind = 'profiler_step')",
+        [run_id],
+    ).fetchone()
+    ingest = info.get("ingest", {}) if isinstance(info, dict) else {}
+    return {
+        "schema": SCHEMA,
+        "run": {"id": int(run[0]), "name": run[1], "status": run[2], "source": run[3],
+                "started_ns": run[4], "ended_ns": run[5]},
+        "devices": device_list(con, run_id),
+        "gpu_activity": gpu,
+        "time_us": time_us,
+        "roofline_us": {"compute_bound": 0.0, "memory_bound": 0.0, "latency_bound": 0.0,
+                        "unknown": time_us["compute"]},
+        "per_device": [
+            {"key": d.key, "compute_us": d.compute_us, "communication_us": d.communication_us,
+             "memory_us": d.memory_us, "idle_us": d.idle_us, "span_us": d.span_us, "busy_us": d.busy_us,
+             "activities": d.activities}
+            for d in per_device
+        ],
+        "counts": {"gpu_activities": counts[0], "gpu_activities_without_op": counts[1],
+                   "gpu_us_without_op": counts[2] / 1e3, "ops": counts[3], "profiler_steps": counts[4]},
+        "ops": ops,
+        "kernels": kernels,
+        "skipped": ingest.get("skipped", {}),
+        "notes": info.get("notes", []) if isinstance(info, dict) else [],
+    }

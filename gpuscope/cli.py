@@ -1,0 +1,232 @@
+"""The ``gpuscope`` command line.
+
+Heavy modules (duckdb, torch, textual, exporters) are imported inside the commands that use
+them, so ``gpuscope --help`` stays fast and light. Exit codes: 0 success, 1 a failure while
+working, 2 unusable input or arguments (one line on stderr naming the input and the problem).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from . import __version__
+from .errors import GpuscopeError, InputError, StoreError
+from .paths import default_db_path
+
+EXIT_OK = 0
+EXIT_FAILURE = 1
+EXIT_USAGE = 2
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse with gpuscope's one-line, exit-2 usage errors."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        self.exit(EXIT_USAGE, f"{self.prog}: {message} (see {self.prog} --help)\n")
+
+
+def _json_default(o: Any) -> Any:
+    if isinstance(o, Path):
+        return str(o)
+    if hasattr(o, "item"):
+        return o.item()
+    return str(o)
+
+
+def print_json(doc: Any) -> None:
+    """Print one JSON document on stdout."""
+    sys.stdout.write(json.dumps(doc, default=_json_default, ensure_ascii=False, indent=1) + "\n")
+
+
+def _db(args: argparse.Namespace) -> Path:
+    return Path(args.db).expanduser() if args.db else default_db_path()
+
+
+# --------------------------------------------------------------------------------------------
+# commands
+# --------------------------------------------------------------------------------------------
+
+
+def cmd_ingest(args: argparse.Namespace) -> int:
+    from . import trace
+    from .report import render_ingest
+
+    progress = trace.stderr_progress(sys.stderr.isatty() and not args.quiet)
+    result = trace.ingest(_db(args), args.paths, name=args.name, progress=progress)
+    doc = result.to_json()
+    if args.json:
+        print_json(doc)
+    else:
+        print(render_ingest(doc))
+    return EXIT_OK
+
+
+def _looks_like_path(ref: str) -> bool:
+    return os.sep in ref or ref.lower().endswith((".json", ".gz")) or Path(ref).is_dir()
+
+
+def cmd_analyze(args: argparse.Namespace) -> int:
+    from . import store
+    from .report import render_analysis
+
+    from .analyzers.breakdown import analyze_run
+
+    db = _db(args)
+    ref = args.run
+    if ref is not None and Path(ref).exists() and _looks_like_path(ref):
+        from . import trace
+
+        progress = trace.stderr_progress(sys.stderr.isatty())
+        result = trace.ingest(db, [ref], name=args.name, progress=progress)
+        ref = str(result.run_id)
+        if not args.json:
+            print(f"ingested {ref!s} as run {result.run_id} '{result.name}'", file=sys.stderr)
+    elif ref is not None and _looks_like_path(ref) and not Path(ref).exists() and os.sep in ref:
+        raise InputError(ref, "no such file or directory (and no run of that name)")
+    con = store.connect(db, read_only=True)
+    try:
+        run = store.resolve_run(con, ref, db)
+        doc = analyze_run(con, run.id, top=None if args.json else max(args.top, 0))
+    finally:
+        con.close()
+    if args.json:
+        print_json(doc)
+    else:
+        print(render_analysis(doc, top=args.top))
+    return EXIT_OK
+
+
+def cmd_runs(args: argparse.Namespace) -> int:
+    from . import store
+    from .report import render_runs
+
+    db = _db(args)
+    if not db.exists():
+        runs: list[dict[str, Any]] = []
+    else:
+        con = store.connect(db, read_only=True)
+        try:
+            runs = store.list_runs(con)
+        finally:
+            con.close()
+    if args.limit is not None:
+        runs = runs[: args.limit]
+    if args.json:
+        print_json(runs)
+    else:
+        print(render_runs(runs))
+    return EXIT_OK
+
+
+def cmd_sql(args: argparse.Namespace) -> int:
+    import duckdb
+
+    from . import store
+    from .report import render_rows
+
+    con = store.connect(_db(args), read_only=True)
+    try:
+        try:
+            cur = con.execute(args.query)
+            columns = [d[0] for d in cur.description] if cur.description else []
+            rows = cur.fetchall() if columns else []
+        except duckdb.Error as exc:
+            raise InputError("query", str(exc).splitlines()[0]) from None
+    finally:
+        con.close()
+    if args.json:
+        print_json([dict(zip(columns, r)) for r in rows])
+    else:
+        print(render_rows(columns, rows) if columns else "ok")
+        if len(rows) > 20:
+            print(f"({len(rows)} rows)")
+    return EXIT_OK
+
+
+# --------------------------------------------------------------------------------------------
+# parser
+# --------------------------------------------------------------------------------------------
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser of the ``gpuscope`` command."""
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--db", metavar="PATH", help="the store (default: $GPUSCOPE_DB, else a file in the user data directory)")
+    reporting = argparse.ArgumentParser(add_help=False)
+    reporting.add_argument("--json", action="store_true", help="print one JSON document on stdout instead of text")
+
+    p = _Parser(
+        prog="gpuscope",
+        description="GPU profiling and telemetry for LLM inference on NVIDIA and AMD GPUs.",
+        epilog="Every report also comes as --json. Docs: README.md and docs/ in the source tree.",
+    )
+    p.add_argument("--version", action="version", version=f"gpuscope {__version__}")
+    sub = p.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+
+    s = sub.add_parser("ingest", parents=[common, reporting], help="load Kineto traces (files, .gz, directories) as one run",
+                       description="Load PyTorch profiler (Kineto) traces as one run: files, .json.gz, or directories "
+                                   "(every *.json / *.json.gz inside). Several files (ranks, worker processes) make one run.")
+    s.add_argument("paths", nargs="+", metavar="PATH", help="trace file or directory")
+    s.add_argument("--name", help="run name (default: the first file's name)")
+    s.add_argument("-q", "--quiet", action="store_true", help="no progress lines on stderr")
+    s.set_defaults(func=cmd_ingest)
+
+    s = sub.add_parser("analyze", parents=[common, reporting], help="time breakdown and attribution of a run (default: the latest)",
+                       description="Time breakdown (compute, communication, memory, idle), top kernels and top ops of a run. "
+                                   "RUN is a run id or name (default: the newest run); a trace file or directory is ingested first.")
+    s.add_argument("run", nargs="?", metavar="RUN", help="run id or name, or a trace path to ingest and analyze")
+    s.add_argument("--top", type=int, default=15, help="rows in the text report's top lists (default 15)")
+    s.add_argument("--name", help="run name when RUN is a trace path")
+    s.set_defaults(func=cmd_analyze)
+
+    s = sub.add_parser("runs", parents=[common, reporting], help="list runs, newest first")
+    s.add_argument("--limit", type=int, help="show at most this many runs")
+    s.set_defaults(func=cmd_runs)
+
+    s = sub.add_parser("sql", parents=[common, reporting], help="run a read-only SQL query over the store",
+                       description="Run a SQL query over the store (read-only). Tables: runs, devices, samples, kernels, "
+                                   "ops, annotations, traces. Example: gpuscope sql \"SELECT name, sum(dur_ns)/1e3 AS us "
+                                   "FROM kernels GROUP BY name ORDER BY us DESC LIMIT 5\"")
+    s.add_argument("query", metavar="QUERY")
+    s.set_defaults(func=cmd_sql)
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``gpuscope`` console script and ``python -m gpuscope``."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "func", None):
+        parser.print_help()
+        return EXIT_USAGE
+    try:
+        return int(args.func(args) or 0)
+    except InputError as exc:
+        print(f"gpuscope {args.command}: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except StoreError as exc:
+        print(f"gpuscope {args.command}: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except GpuscopeError as exc:
+        print(f"gpuscope {args.command}: {exc}", file=sys.stderr)
+        return EXIT_FAILURE
+    except KeyboardInterrupt:
+        print(f"gpuscope {args.command}: interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:
+        return EXIT_OK
+    except Exception as exc:  # a bug: one line, traceback on request
+        if os.environ.get("GPUSCOPE_DEBUG"):
+            raise
+        print(f"gpuscope {args.command}: internal error: {type(exc).__name__}: {exc} "
+              "(set GPUSCOPE_DEBUG=1 for the traceback)", file=sys.stderr)
+        return EXIT_FAILURE
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,52 @@
+"""The one declarative table of telemetry metrics.
+
+The ``samples`` table's metric columns, the OpenTelemetry instruments and the TUI columns are
+all generated from :data:`METRICS`. A metric a device does not support is stored as NULL.
+Names carry their unit; ratios are 0..1 floats, never percent.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Metric:
+    """One telemetry metric.
+
+    ``sql_type`` is the DuckDB column type; ``otel_name`` the OpenTelemetry instrument name
+    (semantic-convention name where one exists, else a ``gpuscope.*`` extension) and
+    ``otel_unit`` its UCUM unit; ``kind`` is ``gauge`` or ``counter`` (monotonic).
+    """
+
+    name: str
+    sql_type: str
+    description: str
+    otel_name: str
+    otel_unit: str
+    kind: str = "gauge"
+
+
+METRICS: tuple[Metric, ...] = (
+    Metric("gpu_util", "DOUBLE", "Fraction of the last sample period in which a kernel ran (NVML utilization.gpu, AMD gfx_activity)", "hw.gpu.utilization", "1"),
+    Metric("mem_util", "DOUBLE", "Fraction of the last sample period in which device memory was read or written (NVML utilization.memory, AMD umc_activity)", "hw.gpu.memory.utilization", "1"),
+    Metric("mem_used_bytes", "BIGINT", "Device memory in use", "hw.gpu.memory.usage", "By"),
+    Metric("mem_total_bytes", "BIGINT", "Device memory size", "hw.gpu.memory.limit", "By"),
+    Metric("power_w", "DOUBLE", "Power draw as the vendor reports it (NVML: 1 s average on Ampere+ except GA100; AMD: socket power)", "hw.power", "W"),
+    Metric("power_instant_w", "DOUBLE", "Instantaneous power draw where the vendor distinguishes it", "gpuscope.gpu.power.instant", "W"),
+    Metric("energy_j", "DOUBLE", "Energy counter (monotonic, since driver load)", "hw.energy", "J", "counter"),
+    Metric("temp_c", "DOUBLE", "GPU (edge/hotspot) temperature", "hw.temperature", "Cel"),
+    Metric("mem_temp_c", "DOUBLE", "Memory (HBM) temperature", "gpuscope.gpu.memory.temperature", "Cel"),
+    Metric("sm_clock_mhz", "DOUBLE", "SM / gfx clock", "gpuscope.gpu.clock.sm", "MHz"),
+    Metric("mem_clock_mhz", "DOUBLE", "Memory clock", "gpuscope.gpu.clock.memory", "MHz"),
+    Metric("pcie_tx_bytes_per_s", "DOUBLE", "PCIe transmit throughput", "hw.gpu.io", "By/s"),
+    Metric("pcie_rx_bytes_per_s", "DOUBLE", "PCIe receive throughput", "hw.gpu.io", "By/s"),
+    Metric("throttle_reasons", "BIGINT", "Vendor bit mask of active clock throttle / event reasons (0: not throttled)", "gpuscope.gpu.throttle_reasons", "1"),
+    Metric("sm_active", "DOUBLE", "Fraction of time at least one warp was resident on an SM, averaged over SMs (NVML GPM)", "gpuscope.gpu.sm.active", "1"),
+    Metric("sm_occupancy", "DOUBLE", "Resident warps over the maximum, averaged over SMs (NVML GPM)", "gpuscope.gpu.sm.occupancy", "1"),
+    Metric("tensor_active", "DOUBLE", "Fraction of cycles the tensor / matrix cores were busy (NVML GPM, AMD where exposed)", "gpuscope.gpu.tensor.active", "1"),
+    Metric("dram_bw_util", "DOUBLE", "Fraction of peak DRAM bandwidth used (NVML GPM)", "gpuscope.gpu.dram.bandwidth_utilization", "1"),
+    Metric("xgmi_nvlink_tx_bytes_per_s", "DOUBLE", "GPU-GPU link (NVLink / XGMI) transmit throughput", "gpuscope.gpu.link.io", "By/s"),
+    Metric("fan_speed", "DOUBLE", "Fan speed as a fraction of maximum", "gpuscope.gpu.fan.speed", "1"),
+)
+
+METRIC_NAMES: tuple[str, ...] = tuple(m.name for m in METRICS)

@@ -1,0 +1,185 @@
+"""Text rendering of analyzer results for the CLI. Plain strings; no terminal library."""
+from __future__ import annotations
+
+import json
+import shutil
+from collections.abc import Sequence
+from typing import Any
+
+
+def fmt_us(us: float | None) -> str:
+    """A duration in microseconds as a short human string with its unit."""
+    if us is None:
+        return "-"
+    a = abs(us)
+    if a >= 1e6:
+        return f"{us / 1e6:.3f} s"
+    if a >= 1e3:
+        return f"{us / 1e3:.3f} ms"
+    return f"{us:.1f} µs"
+
+
+def fmt_pct(part: float, whole: float) -> str:
+    """``part`` as a percentage of ``whole`` ("-" when whole is 0)."""
+    return f"{100.0 * part / whole:5.1f}%" if whole else "    -"
+
+
+def fmt_ns_time(ns: int | None) -> str:
+    """Epoch nanoseconds as local ``YYYY-MM-DD HH:MM:SS``."""
+    if ns is None:
+        return "-"
+    import datetime
+
+    return datetime.datetime.fromtimestamp(ns / 1e9).strftime("%Y-%m-%d %H:%M:%S")
+
+
+def shorten(text: str | None, width: int) -> str:
+    """``text`` cut to ``width`` characters with an ellipsis."""
+    if text is None:
+        return "-"
+    text = " ".join(str(text).split())
+    return text if len(text) <= width else text[: max(0, width - 1)] + "…"
+
+
+def table(headers: Sequence[str], rows: Sequence[Sequence[Any]], align: str | None = None) -> str:
+    """A plain-text table. ``align`` holds one of ``l``/``r`` per column."""
+    cells = [[str(h) for h in headers]] + [["-" if c is None else str(c) for c in r] for r in rows]
+    widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
+    align = align or "l" * len(headers)
+    lines = []
+    for n, r in enumerate(cells):
+        parts = [c.rjust(w) if a == "r" else c.ljust(w) for c, w, a in zip(r, widths, align)]
+        lines.append("  ".join(parts).rstrip())
+        if n == 0:
+            lines.append("  ".join("-" * w for w in widths))
+    return "\n".join(lines)
+
+
+def _width() -> int:
+    return max(80, min(160, shutil.get_terminal_size((120, 24)).columns))
+
+
+def _dims(d: Any) -> str:
+    if d is None:
+        return ""
+    return json.dumps(d, separators=(",", ":"))
+
+
+def render_analysis(doc: dict[str, Any], top: int = 10) -> str:
+    """The ``gpuscope analyze`` text report of an analysis document."""
+    w = _width()
+    run = doc["run"]
+    out = [f"run {run['id']} '{run['name']}' ({run['source']}, {run['status']})"]
+    devs = doc["devices"]
+    if devs:
+        for d in devs:
+            spec = d.get("spec") or "spec unknown"
+            out.append(f"  device {d['key']}: {d.get('name') or 'unnamed'} [{d.get('vendor')}, {spec}]")
+    t = doc["time_us"]
+    if not doc["gpu_activity"]:
+        out.append("")
+        out.append("No GPU activity in this run: the trace is CPU-only. Ops below carry their CPU time.")
+    else:
+        busy = t["compute"] + t["communication"] + t["memory"]
+        total = busy + t["idle"]
+        out.append("")
+        out.append("GPU time breakdown (summed over devices; shares of busy + idle)")
+        rows = [
+            ("compute", fmt_us(t["compute"]), fmt_pct(t["compute"], total)),
+            ("communication", fmt_us(t["communication"]), fmt_pct(t["communication"], total)),
+            ("memory (memcpy/memset)", fmt_us(t["memory"]), fmt_pct(t["memory"], total)),
+            ("idle", fmt_us(t["idle"]), fmt_pct(t["idle"], total)),
+        ]
+        out.append(table(["category", "time", "share"], rows, "lrr"))
+        if len(doc["per_device"]) > 1:
+            out.append("")
+            out.append(table(
+                ["device", "compute", "communication", "memory", "idle", "span"],
+                [(d["key"], fmt_us(d["compute_us"]), fmt_us(d["communication_us"]), fmt_us(d["memory_us"]),
+                  fmt_us(d["idle_us"]), fmt_us(d["span_us"])) for d in doc["per_device"]],
+                "lrrrrr",
+            ))
+        ks = doc["kernels"][:top]
+        if ks:
+            gpu_total = busy or 1.0
+            out.append("")
+            out.append(f"Top {len(ks)} of {len(doc['kernels'])} kernels by GPU time")
+            name_w = max(30, w - 60)
+            out.append(table(
+                ["kernel", "category", "calls", "total", "mean", "share"],
+                [(shorten(k["name"], name_w), k["category"], k["count"], fmt_us(k["total_us"]),
+                  fmt_us(k["mean_us"]), fmt_pct(k["total_us"], gpu_total)) for k in ks],
+                "llrrrr",
+            ))
+    ops = doc["ops"][:top]
+    if ops:
+        key = "GPU time" if doc["gpu_activity"] else "CPU time"
+        out.append("")
+        out.append(f"Top {len(ops)} of {len(doc['ops'])} ops by {key} (op, input shapes, dtypes)")
+        name_w = 34
+        shape_w = max(20, w - name_w - 50)
+        out.append(table(
+            ["op", "input shapes", "dtypes", "calls", key.lower()],
+            [(shorten(o["name"], name_w), shorten(_dims(o["input_dims"]), shape_w),
+              shorten(_dims(o["input_types"]), 24), o["count"], fmt_us(o["kernel_us"])) for o in ops],
+            "lllrr",
+        ))
+    c = doc["counts"]
+    if doc["gpu_activity"] and c["gpu_activities_without_op"]:
+        out.append("")
+        out.append(
+            f"{c['gpu_activities_without_op']} of {c['gpu_activities']} GPU activities "
+            f"({fmt_us(c['gpu_us_without_op'])}) have no CPU op in the trace (graph replays, "
+            "traces without a CPU side, or launches outside any op)."
+        )
+    skipped = doc.get("skipped") or {}
+    if skipped:
+        out.append("")
+        out.append("Skipped malformed events: " + ", ".join(f"{n} {r}" for r, n in skipped.items()))
+    notes = [n for n in doc.get("notes", []) if not n.startswith("skipped ") and not n.startswith("no GPU activity")]
+    for n in notes:
+        out.append(f"note: {n}")
+    return "\n".join(out)
+
+
+def render_runs(runs: list[dict[str, Any]]) -> str:
+    """The ``gpuscope runs`` table."""
+    if not runs:
+        return "no runs yet (gpuscope ingest TRACE... or gpuscope run -- CMD)"
+    w = _width()
+    rows = []
+    for r in runs:
+        dur = (r["ended_ns"] - r["started_ns"]) / 1e3 if r["ended_ns"] and r["started_ns"] else None
+        rows.append((r["id"], shorten(r["name"], 28), r["status"], r["source"], fmt_ns_time(r["started_ns"]),
+                     fmt_us(dur), r["samples"], r["kernels"], r["ops"],
+                     "-" if r["exit_code"] is None else r["exit_code"],
+                     shorten(r["command"], max(20, w - 120))))
+    return table(["id", "name", "status", "source", "started", "duration", "samples", "kernels", "ops", "exit",
+                  "command"], rows, "rllllrrrrrl")
+
+
+def render_ingest(doc: dict[str, Any]) -> str:
+    """The ``gpuscope ingest`` summary."""
+    ld = doc["loaded"]
+    lines = [
+        f"ingested {len(doc['files'])} file(s), {doc['events']} events, as run {doc['run_id']} '{doc['name']}'",
+        f"  loaded: {ld['kernels']} kernels, {ld['memcpy']} memcpy, {ld['memset']} memset, {ld['ops']} ops, "
+        f"{ld['annotations']} annotations, {ld['devices']} devices",
+    ]
+    lk = doc["linked"]
+    total = lk["kernels_with_op"] + lk["kernels_without_op"]
+    if total:
+        lines.append(f"  linked: {lk['kernels_with_op']} of {total} GPU activities to a CPU op")
+    sk = doc["skipped"]
+    if sk["malformed"]:
+        lines.append("  skipped: " + ", ".join(f"{n} {r}" for r, n in sk["reasons"].items()))
+    for n in doc.get("notes", []):
+        if not n.startswith("skipped "):
+            lines.append(f"  note: {n}")
+    lines.append(f"next: gpuscope analyze {doc['run_id']}")
+    return "\n".join(lines)
+
+
+def render_rows(columns: Sequence[str], rows: Sequence[Sequence[Any]], max_width: int = 60) -> str:
+    """A SQL result as a text table."""
+    return table(list(columns), [[shorten(str(c), max_width) if c is not None else None for c in r] for r in rows])

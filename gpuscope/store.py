@@ -1,0 +1,326 @@
+"""The DuckDB store: schema, migrations, opening, run lookup.
+
+One DuckDB file holds every run. The tables that ``gpuscope sql`` users can rely on are
+``runs``, ``devices``, ``samples``, ``kernels``, ``ops`` and ``annotations`` (see
+``docs/store.md``); ``traces`` and ``meta`` are there too. All timestamps are integer
+nanoseconds since the Unix epoch, durations integer nanoseconds.
+
+DuckDB allows one writing process per file and no reader from another process while it
+writes, so writers keep their connection short: ingest stages everything in memory and
+attaches the store only for its final transaction.
+"""
+from __future__ import annotations
+
+import os
+import re
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from .errors import InputError, StoreError
+from .metrics import METRICS
+
+if TYPE_CHECKING:  # pragma: no cover
+    import duckdb
+
+SCHEMA_VERSION = 1
+
+RUN_STATUSES = ("recording", "complete", "incomplete", "failed")
+
+
+def _samples_ddl() -> str:
+    cols = ",\n  ".join(f"{m.name} {m.sql_type}" for m in METRICS)
+    return f"""CREATE TABLE samples (
+  run_id BIGINT NOT NULL,
+  device_id INTEGER NOT NULL,
+  ts_ns BIGINT NOT NULL,
+  {cols}
+)"""
+
+
+# Migration i takes a store from version i to i+1. Never edit a released step: add one.
+def _migration_0_to_1(con: duckdb.DuckDBPyConnection) -> None:
+    con.execute("CREATE SEQUENCE run_id_seq START 1")
+    con.execute(
+        """CREATE TABLE runs (
+  id BIGINT PRIMARY KEY,
+  name VARCHAR NOT NULL,
+  status VARCHAR NOT NULL,
+  source VARCHAR NOT NULL,
+  started_ns BIGINT,
+  ended_ns BIGINT,
+  created_ns BIGINT NOT NULL,
+  command VARCHAR,
+  exit_code INTEGER,
+  host VARCHAR,
+  info VARCHAR
+)"""
+    )
+    con.execute(
+        """CREATE TABLE traces (
+  run_id BIGINT NOT NULL,
+  trace_id INTEGER NOT NULL,
+  path VARCHAR,
+  rank INTEGER,
+  base_time_ns BIGINT,
+  ts_relative BOOLEAN,
+  events BIGINT,
+  size_bytes BIGINT,
+  metadata VARCHAR
+)"""
+    )
+    con.execute(
+        """CREATE TABLE devices (
+  run_id BIGINT NOT NULL,
+  device_id INTEGER NOT NULL,
+  key VARCHAR NOT NULL,
+  source VARCHAR NOT NULL,
+  trace_id INTEGER,
+  device_index INTEGER,
+  vendor VARCHAR,
+  kind VARCHAR,
+  name VARCHAR,
+  spec_key VARCHAR,
+  memory_total_bytes BIGINT,
+  compute_capability VARCHAR,
+  num_sms INTEGER,
+  warp_size INTEGER,
+  uuid VARCHAR,
+  pci_bus_id VARCHAR,
+  properties VARCHAR
+)"""
+    )
+    con.execute(
+        """CREATE TABLE kernels (
+  run_id BIGINT NOT NULL,
+  trace_id INTEGER NOT NULL,
+  device_id INTEGER NOT NULL,
+  stream BIGINT,
+  kind VARCHAR NOT NULL,
+  category VARCHAR NOT NULL,
+  name VARCHAR,
+  ts_ns BIGINT NOT NULL,
+  dur_ns BIGINT NOT NULL,
+  correlation BIGINT,
+  external_id BIGINT,
+  op_id BIGINT,
+  launch_name VARCHAR,
+  launch_ts_ns BIGINT,
+  launch_dur_ns BIGINT,
+  grid INTEGER[],
+  block INTEGER[],
+  registers_per_thread INTEGER,
+  shared_memory_bytes BIGINT,
+  occupancy DOUBLE,
+  bytes BIGINT
+)"""
+    )
+    con.execute(
+        """CREATE TABLE ops (
+  run_id BIGINT NOT NULL,
+  op_id BIGINT NOT NULL,
+  trace_id INTEGER NOT NULL,
+  pid VARCHAR,
+  tid VARCHAR,
+  name VARCHAR,
+  ts_ns BIGINT NOT NULL,
+  dur_ns BIGINT NOT NULL,
+  external_id BIGINT,
+  sequence_number BIGINT,
+  is_leaf BOOLEAN,
+  input_dims VARCHAR,
+  input_types VARCHAR,
+  input_strides VARCHAR,
+  concrete_inputs VARCHAR
+)"""
+    )
+    con.execute(
+        """CREATE TABLE annotations (
+  run_id BIGINT NOT NULL,
+  trace_id INTEGER,
+  kind VARCHAR NOT NULL,
+  name VARCHAR,
+  ts_ns BIGINT NOT NULL,
+  dur_ns BIGINT,
+  device_id INTEGER,
+  pid VARCHAR,
+  tid VARCHAR,
+  value VARCHAR
+)"""
+    )
+    con.execute(_samples_ddl())
+
+
+MIGRATIONS = (_migration_0_to_1,)
+assert len(MIGRATIONS) == SCHEMA_VERSION
+
+
+def schema_version(con: duckdb.DuckDBPyConnection) -> int:
+    """The schema version of the store ``con`` currently uses (0 for an empty database)."""
+    has_meta = con.execute(
+        "SELECT count(*) FROM information_schema.tables WHERE table_name = 'meta' AND table_schema = 'main' "
+        "AND table_catalog = current_database()"
+    ).fetchone()[0]
+    if not has_meta:
+        return 0
+    row = con.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
+    return int(row[0]) if row else 0
+
+
+def migrate(con: duckdb.DuckDBPyConnection) -> None:
+    """Bring the store up to :data:`SCHEMA_VERSION`, in one transaction per step."""
+    version = schema_version(con)
+    if version > SCHEMA_VERSION:
+        raise StoreError(
+            f"the store uses schema version {version}, newer than this gpuscope understands "
+            f"({SCHEMA_VERSION}): upgrade gpuscope"
+        )
+    while version < SCHEMA_VERSION:
+        con.execute("BEGIN TRANSACTION")
+        try:
+            if version == 0:
+                con.execute("CREATE TABLE IF NOT EXISTS meta (key VARCHAR PRIMARY KEY, value VARCHAR)")
+            MIGRATIONS[version](con)
+            version += 1
+            con.execute(
+                "INSERT OR REPLACE INTO meta VALUES ('schema_version', ?)", [str(version)]
+            )
+            con.execute("COMMIT")
+        except BaseException:
+            con.execute("ROLLBACK")
+            raise
+
+
+_LOCK_RE = re.compile(r"Conflicting lock is held in (.*?) \(PID (\d+)\)")
+
+
+def connect(path: Path | str, read_only: bool = False, retry_s: float = 2.0) -> duckdb.DuckDBPyConnection:
+    """Open the store at ``path`` and migrate it. ``read_only`` opens never create a file.
+
+    A store held by another writing process is retried for ``retry_s`` seconds (writers keep
+    their transactions short), then reported as a :class:`StoreError` naming that process.
+    """
+    import duckdb
+
+    path = Path(path)
+    if read_only and not path.exists():
+        raise StoreError(f"{path}: no store here yet (run `gpuscope ingest` or `gpuscope run` first)")
+    if not read_only:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    deadline = time.monotonic() + retry_s
+    while True:
+        try:
+            con = duckdb.connect(str(path), read_only=read_only)
+            break
+        except duckdb.IOException as exc:
+            msg = str(exc)
+            m = _LOCK_RE.search(msg)
+            if m and time.monotonic() < deadline:
+                time.sleep(0.05)
+                continue
+            if m:
+                raise StoreError(f"{path}: the store is busy (held by {m.group(1)}, pid {m.group(2)})") from None
+            raise StoreError(f"{path}: cannot open the store: {msg.splitlines()[0]}") from None
+        except duckdb.Error as exc:
+            raise StoreError(f"{path}: not a usable gpuscope store: {str(exc).splitlines()[0]}") from None
+    try:
+        if read_only:
+            version = schema_version(con)
+            if version != SCHEMA_VERSION:
+                con.close()
+                if version > SCHEMA_VERSION:
+                    raise StoreError(
+                        f"{path}: the store uses schema version {version}, newer than this gpuscope "
+                        f"understands ({SCHEMA_VERSION}): upgrade gpuscope"
+                    )
+                rw = connect(path, read_only=False, retry_s=retry_s)
+                rw.close()
+                return connect(path, read_only=True, retry_s=retry_s)
+        else:
+            migrate(con)
+    except StoreError:
+        raise
+    except Exception as exc:
+        con.close()
+        raise StoreError(f"{path}: not a usable gpuscope store: {str(exc).splitlines()[0]}") from None
+    return con
+
+
+@contextmanager
+def transaction(con: duckdb.DuckDBPyConnection) -> Iterator[duckdb.DuckDBPyConnection]:
+    """``BEGIN`` ... ``COMMIT``, or ``ROLLBACK`` on any exception: all or nothing."""
+    con.execute("BEGIN TRANSACTION")
+    try:
+        yield con
+    except BaseException:
+        con.execute("ROLLBACK")
+        raise
+    con.execute("COMMIT")
+
+
+@dataclass(frozen=True)
+class RunRef:
+    """A resolved run: its id and name."""
+
+    id: int
+    name: str
+
+
+def resolve_run(con: duckdb.DuckDBPyConnection, ref: str | int | None, db_path: Path | str | None = None) -> RunRef:
+    """A ``RUN`` argument: a run id, or a run name (the newest run of that name), or None for
+    the newest run. Raises :class:`InputError` when nothing matches."""
+    if ref is None:
+        row = con.execute("SELECT id, name FROM runs ORDER BY created_ns DESC, id DESC LIMIT 1").fetchone()
+        if row is None:
+            raise InputError(str(db_path or "store"), "the store holds no runs yet")
+        return RunRef(int(row[0]), str(row[1]))
+    text = str(ref).strip()
+    if text.isdigit():
+        row = con.execute("SELECT id, name FROM runs WHERE id = ?", [int(text)]).fetchone()
+        if row is not None:
+            return RunRef(int(row[0]), str(row[1]))
+    row = con.execute(
+        "SELECT id, name FROM runs WHERE name = ? ORDER BY created_ns DESC, id DESC LIMIT 1", [text]
+    ).fetchone()
+    if row is None:
+        raise InputError(f"run {text!r}", "no such run id or name (see `gpuscope runs`)")
+    return RunRef(int(row[0]), str(row[1]))
+
+
+def list_runs(con: duckdb.DuckDBPyConnection) -> list[dict[str, Any]]:
+    """Every run, newest first, with the row counts of its samples, kernels and ops."""
+    rows = con.execute(
+        """
+        SELECT r.id, r.name, r.status, r.source, r.started_ns, r.ended_ns, r.command, r.exit_code,
+               r.created_ns,
+               coalesce(s.n, 0) AS samples, coalesce(k.n, 0) AS kernels, coalesce(o.n, 0) AS ops,
+               coalesce(d.n, 0) AS devices
+        FROM runs r
+        LEFT JOIN (SELECT run_id, count(*) n FROM samples GROUP BY run_id) s ON s.run_id = r.id
+        LEFT JOIN (SELECT run_id, count(*) n FROM kernels GROUP BY run_id) k ON k.run_id = r.id
+        LEFT JOIN (SELECT run_id, count(*) n FROM ops GROUP BY run_id) o ON o.run_id = r.id
+        LEFT JOIN (SELECT run_id, count(*) n FROM devices GROUP BY run_id) d ON d.run_id = r.id
+        ORDER BY r.created_ns DESC, r.id DESC
+        """
+    ).fetchall()
+    cols = ["id", "name", "status", "source", "started_ns", "ended_ns", "command", "exit_code",
+            "created_ns", "samples", "kernels", "ops", "devices"]
+    return [dict(zip(cols, r)) for r in rows]
+
+
+def now_ns() -> int:
+    """Wall-clock nanoseconds since the Unix epoch."""
+    return time.time_ns()
+
+
+def hostname() -> str:
+    """This machine's host name."""
+    try:
+        return os.uname().nodename
+    except AttributeError:  # pragma: no cover - Windows
+        import socket
+
+        return socket.gethostname()

@@ -1,0 +1,944 @@
+"""Kineto / Chrome-trace ingest.
+
+A trace file is one JSON object whose ``traceEvents`` array holds the events (or, in the
+JSON-array form of the Chrome trace format, just that array). Files run to gigabytes, so the
+events never become Python objects:
+
+1. :func:`spool_events` streams the (optionally gzipped) file once, parses the small top-level
+   keys around ``traceEvents`` in Python, and copies the bytes of the ``traceEvents`` array into
+   a spool file, holding at most a few MiB in memory at any time.
+2. :func:`load_trace` lets DuckDB's JSON reader parse that array (in C++, in bounded batches)
+   into a staging table, one row per event, with the fields gpuscope uses pulled out of
+   ``args``. Malformed events (not an object, no numeric ``ts``/``dur``, negative ``dur``) are
+   counted and skipped.
+3. :func:`build_run_tables` links kernels to their launch (``correlation``) and their CPU op
+   (``External id``) with SQL joins and produces the rows of ``kernels``, ``ops``,
+   ``annotations``, ``devices`` and ``traces``.
+
+:func:`ingest` ties these together and writes one run in one transaction.
+"""
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import re
+import shutil
+import sys
+import tempfile
+import zlib
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from .errors import InputError
+
+if TYPE_CHECKING:  # pragma: no cover
+    import duckdb
+
+CHUNK_BYTES = 1 << 20
+HEAD_LIMIT_BYTES = 64 << 20
+TAIL_WINDOW_BYTES = 8 << 20
+TRACE_SUFFIXES = (".json", ".json.gz")
+#: Absolute Kineto timestamps are epoch microseconds (> 1e15 since 2001); smaller values
+#: without ``baseTimeNanoseconds`` are relative to an unknown base.
+ABSOLUTE_US_THRESHOLD = 1e14
+
+Progress = Callable[[str], None]
+
+
+def _quiet(_: str) -> None:
+    return None
+
+
+# --------------------------------------------------------------------------------------------
+# Step 1: stream the file, keep the header, spool the traceEvents array
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass
+class SpooledTrace:
+    """One trace file after :func:`spool_events`.
+
+    ``spool`` holds exactly the JSON text of the ``traceEvents`` array; ``header`` every other
+    top-level key (``deviceProperties``, ``baseTimeNanoseconds``, ``distributedInfo``, ...).
+    """
+
+    source: Path
+    spool: Path
+    header: dict[str, Any]
+    form: str  # "object" (Kineto) or "array" (JSON-array form of the Chrome trace format)
+    size_bytes: int
+    json_bytes: int
+
+
+class _Input:
+    """A file read in chunks, transparently gunzipped, with errors named after the file."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        try:
+            raw = open(path, "rb")
+        except IsADirectoryError:
+            raise InputError(str(path), "is a directory") from None
+        except OSError as exc:
+            raise InputError(str(path), f"cannot be read ({exc.strerror or exc})") from None
+        magic = raw.read(2)
+        raw.seek(0)
+        self.gzipped = magic == b"\x1f\x8b"
+        self._f = gzip.GzipFile(fileobj=raw, mode="rb") if self.gzipped else raw
+        self._raw = raw
+        self.eof = False
+
+    def read(self, n: int = CHUNK_BYTES) -> bytes:
+        try:
+            data = self._f.read(n)
+        except EOFError:
+            raise InputError(str(self.path), "truncated gzip file (it ends before the end of its compressed stream)") from None
+        except (gzip.BadGzipFile, zlib.error) as exc:
+            raise InputError(str(self.path), f"corrupt gzip data ({exc})") from None
+        except OSError as exc:
+            raise InputError(str(self.path), f"read error ({exc})") from None
+        if not data:
+            self.eof = True
+        return data
+
+    def close(self) -> None:
+        self._f.close()
+        self._raw.close()
+
+
+_WS = " \t\r\n"
+_DECODER = json.JSONDecoder()
+
+
+def _skip_ws(text: str, i: int) -> int:
+    n = len(text)
+    while i < n and text[i] in _WS:
+        i += 1
+    return i
+
+
+class _NeedMore(Exception):
+    """The buffered head ends inside a value: read more and parse again."""
+
+
+def _parse_head(text: str, at_eof: bool, source: str) -> tuple[str, dict[str, Any], int]:
+    """Parse the start of a trace up to the ``[`` of its events.
+
+    Returns ``(form, header, index of '[')``; raises :class:`_NeedMore` when ``text`` ends
+    before that point and more input exists.
+    """
+
+    def need(i: int) -> None:
+        if i >= len(text):
+            if at_eof:
+                raise InputError(source, "truncated JSON (the file ends inside the trace header)")
+            raise _NeedMore
+
+    i = _skip_ws(text, 1 if text.startswith("\ufeff") else 0)
+    if i >= len(text):
+        if at_eof:
+            raise InputError(source, "empty file (no JSON in it)")
+        raise _NeedMore
+    if text[i] == "[":
+        return "array", {}, i
+    if text[i] != "{":
+        if "\x00" in text[:512] or not text[i].isprintable():
+            raise InputError(source, "not a JSON trace (binary data)")
+        snippet = text[i : i + 20].splitlines()[0] if text[i:].strip() else ""
+        raise InputError(source, f"not JSON (starts with {snippet!r})")
+    header: dict[str, Any] = {}
+    i += 1
+    first = True
+    while True:
+        i = _skip_ws(text, i)
+        need(i)
+        if text[i] == "}":
+            keys = ", ".join(sorted(header)[:8]) or "none"
+            raise InputError(source, f"JSON but not a trace: no 'traceEvents' array (top-level keys: {keys})")
+        if not first:
+            if text[i] != ",":
+                raise InputError(source, f"malformed JSON in the trace header (expected ',' at character {i})")
+            i = _skip_ws(text, i + 1)
+            need(i)
+        first = False
+        try:
+            key, i = _DECODER.raw_decode(text, i)
+        except json.JSONDecodeError as exc:
+            if not at_eof and exc.pos >= len(text) - 1:
+                raise _NeedMore from None
+            raise InputError(source, f"malformed JSON in the trace header ({exc.msg} at character {exc.pos})") from None
+        if not isinstance(key, str):
+            raise InputError(source, "malformed JSON in the trace header (an object key is not a string)")
+        i = _skip_ws(text, i)
+        need(i)
+        if text[i] != ":":
+            raise InputError(source, f"malformed JSON in the trace header (expected ':' at character {i})")
+        i = _skip_ws(text, i + 1)
+        need(i)
+        if key == "traceEvents":
+            if text[i] != "[":
+                raise InputError(source, "'traceEvents' is not a list")
+            return "object", header, i
+        try:
+            value, i = _DECODER.raw_decode(text, i)
+        except RecursionError:
+            raise InputError(source, f"JSON nested too deeply in the top-level key {key!r}") from None
+        except json.JSONDecodeError as exc:
+            if not at_eof and exc.pos >= len(text) - 1:
+                raise _NeedMore from None
+            raise InputError(source, f"malformed JSON in the trace header ({exc.msg} at character {exc.pos})") from None
+        header[key] = value
+
+
+def _parse_rest(text: str) -> dict[str, Any] | None:
+    """Parse what follows the closing ``]`` of ``traceEvents``: ``(, "key": value)* }`` and
+    nothing else. Returns the keys found, or None when ``text`` is not such a remainder."""
+    out: dict[str, Any] = {}
+    i = _skip_ws(text, 0)
+    try:
+        while True:
+            if i >= len(text):
+                return None
+            c = text[i]
+            if c == "}":
+                return out if _skip_ws(text, i + 1) == len(text) else None
+            if c != ",":
+                return None
+            i = _skip_ws(text, i + 1)
+            key, i = _DECODER.raw_decode(text, i)
+            if not isinstance(key, str):
+                return None
+            i = _skip_ws(text, i)
+            if i >= len(text) or text[i] != ":":
+                return None
+            value, i = _DECODER.raw_decode(text, _skip_ws(text, i + 1))
+            out[key] = value
+            i = _skip_ws(text, i)
+    except (json.JSONDecodeError, RecursionError, IndexError):
+        return None
+
+
+def _find_events_end(tail: bytes, source: str) -> tuple[int, dict[str, Any]]:
+    """Find the ``]`` closing ``traceEvents`` in the last bytes of an object-form trace.
+
+    Only a ``]`` right after ``}`` (the last event) or ``[`` (no events) can close the array,
+    and the text after the right one parses as the rest of the top-level object. A ``]`` inside
+    an event never does (the remainder would hold unbalanced closers). Of the candidates that
+    parse, the true one is followed by the most keys (a later one closes a top-level array
+    such as ``deviceProperties``).
+    """
+    best: tuple[int, dict[str, Any]] | None = None
+    pos = len(tail)
+    checks = 0
+    while checks < 4096:
+        pos = tail.rfind(b"]", 0, pos)
+        if pos < 0:
+            break
+        j = pos - 1
+        while j >= 0 and tail[j] in b" \t\r\n":
+            j -= 1
+        if j >= 0 and tail[j] in b"}[":
+            checks += 1
+            rest = _parse_rest(tail[pos + 1 :].decode("utf-8", "surrogateescape"))
+            if rest is not None and (best is None or len(rest) >= len(best[1])):
+                best = (pos, rest)
+    if best is None:
+        raise InputError(source, "truncated or malformed JSON (cannot find the end of the 'traceEvents' array)")
+    return best
+
+
+def spool_events(path: Path, spool_dir: Path) -> SpooledTrace:
+    """Stream ``path`` once and write the JSON text of its events array to a file in
+    ``spool_dir``. Memory stays within a few MiB whatever the size of the trace."""
+    source = str(path)
+    inp = _Input(path)
+    try:
+        head = bytearray()
+        while True:
+            chunk = inp.read(CHUNK_BYTES)
+            head += chunk
+            text = head.decode("utf-8", "surrogateescape")
+            try:
+                form, header, start = _parse_head(text, inp.eof, source)
+                break
+            except _NeedMore:
+                if len(head) > HEAD_LIMIT_BYTES:
+                    raise InputError(source, f"no 'traceEvents' array in the first {HEAD_LIMIT_BYTES >> 20} MiB") from None
+        start_byte = len(text[:start].encode("utf-8", "surrogateescape"))
+        fd, spool_name = tempfile.mkstemp(prefix="events-", suffix=".json", dir=spool_dir)
+        spool = Path(spool_name)
+        written = 0
+        tail = bytearray()
+        with os.fdopen(fd, "wb") as out:
+            data = bytes(head[start_byte:])
+            del head
+            while data:
+                out.write(data)
+                written += len(data)
+                tail += data
+                if len(tail) > 2 * TAIL_WINDOW_BYTES:
+                    del tail[: len(tail) - TAIL_WINDOW_BYTES]
+                data = inp.read(CHUNK_BYTES)
+            tail_start = written - len(tail)
+            if form == "array":
+                stripped = bytes(tail).rstrip()
+                if not stripped.endswith(b"]"):
+                    raise InputError(source, "truncated or malformed JSON (the event array has no closing ']')")
+                end = tail_start + len(stripped)
+            else:
+                pos, rest = _find_events_end(bytes(tail), source)
+                header.update(rest)
+                end = tail_start + pos + 1
+            out.truncate(end)
+        json_bytes = start_byte + written
+    finally:
+        inp.close()
+    return SpooledTrace(path, spool, header, form, path.stat().st_size, json_bytes)
+
+
+def expand_paths(paths: Iterable[str | Path]) -> list[Path]:
+    """Files as given; directories expanded to every ``*.json`` / ``*.json.gz`` inside
+    (recursively, sorted). Raises :class:`InputError` for a missing path or an empty directory."""
+    out: list[Path] = []
+    for p in paths:
+        path = Path(p)
+        if not path.exists():
+            raise InputError(str(path), "no such file or directory")
+        if path.is_dir():
+            found = sorted(
+                f for f in path.rglob("*") if f.is_file() and f.name.lower().endswith(TRACE_SUFFIXES)
+            )
+            if not found:
+                raise InputError(str(path), "directory holds no trace files (*.json, *.json.gz, *.pt.trace.json[.gz])")
+            out.extend(found)
+        else:
+            out.append(path)
+    if not out:
+        raise InputError("ingest", "no trace files given")
+    seen: set[Path] = set()
+    unique = []
+    for f in out:
+        key = f.resolve()
+        if key not in seen:
+            seen.add(key)
+            unique.append(f)
+    return unique
+
+
+# --------------------------------------------------------------------------------------------
+# Step 2: DuckDB parses the events array into a staging table
+# --------------------------------------------------------------------------------------------
+
+# (column, JSON path, SQL conversion of the extracted text `x`)
+_FIELDS: tuple[tuple[str, str, str], ...] = (
+    ("ph", "$.ph", "x"),
+    ("cat", "$.cat", "x"),
+    ("name", "$.name", "x"),
+    ("ts_us", "$.ts", "TRY_CAST(x AS DOUBLE)"),
+    ("dur_us", "$.dur", "TRY_CAST(x AS DOUBLE)"),
+    ("pid", "$.pid", "x"),
+    ("tid", "$.tid", "x"),
+    ("ext_a", '$.args."External id"', "TRY_CAST(x AS BIGINT)"),
+    ("ext_b", '$.args."external id"', "TRY_CAST(x AS BIGINT)"),
+    ("correlation", "$.args.correlation", "TRY_CAST(x AS BIGINT)"),
+    ("device", "$.args.device", "x"),
+    ("stream", "$.args.stream", "TRY_CAST(x AS BIGINT)"),
+    ("grid", "$.args.grid", "TRY_CAST(x AS INTEGER[])"),
+    ("block", "$.args.block", "TRY_CAST(x AS INTEGER[])"),
+    ("registers", '$.args."registers per thread"', "TRY_CAST(x AS INTEGER)"),
+    ("shared_memory", '$.args."shared memory"', "TRY_CAST(x AS BIGINT)"),
+    ("occupancy_pct", '$.args."est. achieved occupancy %"', "TRY_CAST(x AS DOUBLE)"),
+    ("bytes", "$.args.bytes", "TRY_CAST(x AS BIGINT)"),
+    ("input_dims", '$.args."Input Dims"', "x"),
+    ("input_types", '$.args."Input type"', "x"),
+    ("input_strides", '$.args."Input Strides"', "x"),
+    ("concrete_inputs", '$.args."Concrete Inputs"', "x"),
+    ("sequence_number", '$.args."Sequence number"', "TRY_CAST(x AS BIGINT)"),
+    ("launch_kernel", "$.args.kernel", "x"),
+)
+
+_EV_DDL = (
+    "CREATE TEMP TABLE ev (trace_id INTEGER, jtype VARCHAR, ph VARCHAR, cat VARCHAR, name VARCHAR, "
+    "ts_us DOUBLE, dur_us DOUBLE, pid VARCHAR, tid VARCHAR, ext_a BIGINT, ext_b BIGINT, correlation BIGINT, "
+    "device VARCHAR, stream BIGINT, grid INTEGER[], block INTEGER[], registers INTEGER, shared_memory BIGINT, "
+    "occupancy_pct DOUBLE, bytes BIGINT, input_dims VARCHAR, input_types VARCHAR, input_strides VARCHAR, "
+    "concrete_inputs VARCHAR, sequence_number BIGINT, launch_kernel VARCHAR)"
+)
+
+
+def _sql_str(s: str) -> str:
+    return "'" + s.replace("'", "''") + "'"
+
+
+def _load_sql(trace_id: int, spool: Path) -> str:
+    paths = "[" + ", ".join(_sql_str(p) for _, p, _ in _FIELDS) + "]"
+    cols = ", ".join(conv.replace("x", f"v[{i + 1}]") + f" AS {name}" for i, (name, _, conv) in enumerate(_FIELDS))
+    return (
+        f"INSERT INTO ev SELECT {trace_id}, json_type(json), {cols} FROM ("
+        f"SELECT json, json_extract_string(json, {paths}) AS v "
+        f"FROM read_json_objects({_sql_str(str(spool))}, format='array', maximum_object_size=268435456))"
+    )
+
+
+def load_trace(con: duckdb.DuckDBPyConnection, trace_id: int, spooled: SpooledTrace) -> int:
+    """Parse the spooled events of one trace into the temp table ``ev``; returns the count."""
+    import duckdb
+
+    before = con.execute("SELECT count(*) FROM ev").fetchone()[0]
+    try:
+        con.execute(_load_sql(trace_id, spooled.spool))
+    except duckdb.Error as exc:
+        msg = str(exc).splitlines()[0]
+        msg = re.sub(r"^[A-Za-z ]*Error: ", "", msg)
+        msg = msg.replace(str(spooled.spool), "traceEvents")
+        raise InputError(str(spooled.source), f"malformed JSON in the events ({msg})") from None
+    return con.execute("SELECT count(*) FROM ev").fetchone()[0] - before
+
+
+# --------------------------------------------------------------------------------------------
+# Step 3: link and classify with SQL
+# --------------------------------------------------------------------------------------------
+
+GPU_CATEGORIES = ("kernel", "gpu_memcpy", "gpu_memset")
+OP_CATEGORIES = ("cpu_op", "operator")
+ANNOTATION_CATEGORIES = ("user_annotation", "gpu_user_annotation")
+#: Categories of accelerators that are not GPUs gpuscope models (their events are ingested).
+ACCELERATOR_PREFIXES = {"mtia": "MTIA", "xpu": "Intel XPU", "hpu": "Gaudi HPU", "privateuse1": "PrivateUse1"}
+COMM_RE = "nccl|rccl|msccl|hccl"
+MEM_KERNEL_RE = "^(hip)?(memcpy|memset)"
+
+
+def _ns(ts: str, base: str) -> str:
+    # Split whole and fractional microseconds: absolute epoch µs (~1.7e15) times 1000 does not
+    # fit a double's 53 bits exactly, but each part does.
+    return (
+        f"({base} + CAST(floor({ts}) AS BIGINT) * 1000 + "
+        f"CAST(round(({ts} - floor({ts})) * 1000) AS BIGINT))"
+    )
+
+
+@dataclass
+class TraceInfo:
+    """What ingest learned about one trace file."""
+
+    trace_id: int
+    path: str
+    form: str
+    size_bytes: int
+    json_bytes: int
+    events: int
+    base_time_ns: int
+    ts_relative: bool
+    rank: int | None
+    header: dict[str, Any]
+
+
+def _time_base(header: dict[str, Any], min_ts_us: float | None) -> tuple[int, bool]:
+    base = header.get("baseTimeNanoseconds")
+    if isinstance(base, (int, float)) and not isinstance(base, bool) and base > 0:
+        return int(base), True
+    if min_ts_us is not None and min_ts_us < ABSOLUTE_US_THRESHOLD:
+        return 0, True  # relative with unknown base: times are kept as they are
+    return 0, False
+
+
+def _rank(header: dict[str, Any]) -> int | None:
+    info = header.get("distributedInfo")
+    if isinstance(info, dict) and isinstance(info.get("rank"), int):
+        return int(info["rank"])
+    return None
+
+
+def _device_properties(header: dict[str, Any]) -> dict[int, dict[str, Any]]:
+    props = header.get("deviceProperties")
+    items: list[Any]
+    if isinstance(props, dict):
+        # dict form: {"0": {...}} or a single device's properties
+        if "name" in props or "id" in props:
+            items = [props]
+        else:
+            items = []
+            for k, v in props.items():
+                if isinstance(v, dict):
+                    v = dict(v)
+                    v.setdefault("id", int(k) if str(k).isdigit() else k)
+                    items.append(v)
+    elif isinstance(props, list):
+        items = props
+    else:
+        items = []
+    out: dict[int, dict[str, Any]] = {}
+    for n, p in enumerate(items):
+        if isinstance(p, dict):
+            idx = p.get("id", n)
+            if isinstance(idx, int):
+                out[idx] = p
+    return out
+
+
+def _vendor(props: dict[str, Any] | None, runtime_hip: int, runtime_cuda: int, accel: str | None) -> tuple[str, str]:
+    """(vendor, kind) of a device from its properties and the trace's runtime names."""
+    if accel:
+        return {"MTIA": "meta", "Intel XPU": "intel", "Gaudi HPU": "intel"}.get(accel, "unknown"), "accelerator"
+    name = str((props or {}).get("name") or "")
+    lname = name.lower()
+    if any(s in lname for s in ("amd", "radeon", "instinct", " mi2", " mi3")):
+        return "amd", "gpu"
+    if any(s in lname for s in ("nvidia", "tesla", "geforce", "quadro", "rtx", "a100", "h100", "h200", "b200", "l40", "l4")):
+        return "nvidia", "gpu"
+    if props and props.get("warpSize") == 64:
+        return "amd", "gpu"
+    if runtime_hip > runtime_cuda:
+        return "amd", "gpu"
+    if runtime_cuda > 0 or (props and props.get("warpSize") == 32):
+        return "nvidia", "gpu"
+    return "unknown", "gpu"
+
+
+_BUILD_SQL = """
+CREATE TEMP TABLE gpu AS
+SELECT e.trace_id,
+       coalesce(e.device, e.pid, '?') AS dev_label,
+       TRY_CAST(coalesce(e.device, e.pid) AS INTEGER) AS device_index,
+       e.stream,
+       CASE WHEN lower(e.cat) = 'gpu_memcpy' THEN 'memcpy'
+            WHEN lower(e.cat) = 'gpu_memset' THEN 'memset'
+            WHEN regexp_matches(lower(coalesce(e.name, '')), '^(hip)?memcpy') THEN 'memcpy'
+            WHEN regexp_matches(lower(coalesce(e.name, '')), '^(hip)?memset') THEN 'memset'
+            ELSE 'kernel' END AS kind,
+       e.name, e.ts_ns, e.dur_ns, e.correlation,
+       coalesce(e.ext_a, e.ext_b) AS ext_id,
+       e.grid, e.block, e.registers, e.shared_memory, e.occupancy_pct, e.bytes
+FROM evx e
+WHERE e.cls = 'gpu';
+
+CREATE TEMP TABLE rt AS
+SELECT trace_id, correlation, name, ts_ns, dur_ns, coalesce(ext_a, ext_b) AS ext_id, pid, tid, launch_kernel
+FROM evx WHERE cls = 'runtime' AND correlation IS NOT NULL
+  AND (trace_id, correlation) IN (SELECT trace_id, correlation FROM gpu WHERE correlation IS NOT NULL)
+QUALIFY row_number() OVER (PARTITION BY trace_id, correlation ORDER BY ts_ns) = 1;
+
+CREATE TEMP TABLE op_stage AS
+SELECT row_number() OVER (ORDER BY trace_id, ts_ns, dur_ns DESC) - 1 AS op_id,
+       trace_id, pid, tid, name, ts_ns, dur_ns, coalesce(ext_a, ext_b) AS external_id, sequence_number,
+       coalesce(lead(ts_ns) OVER (PARTITION BY trace_id, pid, tid ORDER BY ts_ns, dur_ns DESC) >= ts_ns + dur_ns, true) AS is_leaf,
+       input_dims, input_types, input_strides, concrete_inputs
+FROM evx WHERE cls = 'op';
+
+CREATE TEMP TABLE op_by_ext AS
+SELECT trace_id, external_id, op_id, ts_ns, dur_ns FROM op_stage WHERE external_id IS NOT NULL
+QUALIFY row_number() OVER (PARTITION BY trace_id, external_id ORDER BY dur_ns, op_id) = 1;
+
+-- A launch belongs to the op whose External id it carries, if that op encloses it in time
+-- (some Kineto versions wrote the correlation id there instead).
+CREATE TEMP TABLE rt_link AS
+SELECT r.trace_id, r.correlation, o.op_id
+FROM rt r JOIN op_by_ext o ON o.trace_id = r.trace_id AND o.external_id = r.ext_id
+WHERE r.ts_ns BETWEEN o.ts_ns - 1000 AND o.ts_ns + o.dur_ns + 1000;
+
+-- Otherwise to the innermost op on its thread that encloses it (as HTA's call stacks do):
+-- depth of every op from a sweep over op boundaries, the number of ops open at each launch
+-- from a second sweep, then an ASOF join to the latest op started at depth open - 1.
+CREATE TEMP TABLE op_depth AS
+WITH b AS (
+    SELECT trace_id, pid, tid, op_id, ts_ns AS t, 1 AS delta, 1 AS ord, dur_ns FROM op_stage
+    UNION ALL
+    SELECT trace_id, pid, tid, op_id, ts_ns + dur_ns, -1, CASE WHEN dur_ns = 0 THEN 2 ELSE 0 END, dur_ns FROM op_stage
+), s AS (
+    SELECT *, sum(delta) OVER (PARTITION BY trace_id, pid, tid ORDER BY t, ord, dur_ns DESC, op_id
+                               ROWS UNBOUNDED PRECEDING) AS running
+    FROM b
+)
+SELECT s.trace_id, s.pid, s.tid, s.op_id, s.t AS ts_ns, s.running - 1 AS depth FROM s WHERE delta = 1;
+
+INSERT INTO rt_link
+WITH q AS (
+    SELECT trace_id, pid, tid, correlation, ts_ns FROM rt
+    WHERE (trace_id, correlation) NOT IN (SELECT trace_id, correlation FROM rt_link)
+), b AS (
+    SELECT trace_id, pid, tid, NULL::BIGINT AS correlation, ts_ns AS t, 1 AS delta, 0 AS ord FROM op_stage
+    UNION ALL SELECT trace_id, pid, tid, NULL, ts_ns + dur_ns, -1, 2 FROM op_stage
+    UNION ALL SELECT trace_id, pid, tid, correlation, ts_ns, 0, 1 FROM q
+), s AS (
+    SELECT *, sum(delta) OVER (PARTITION BY trace_id, pid, tid ORDER BY t, ord ROWS UNBOUNDED PRECEDING) AS open
+    FROM b
+), launches AS (
+    SELECT trace_id, pid, tid, correlation, t AS ts_ns, open FROM s WHERE ord = 1 AND open > 0
+)
+SELECT l.trace_id, l.correlation, d.op_id
+FROM launches l ASOF JOIN op_depth d
+  ON d.trace_id = l.trace_id AND d.pid = l.pid AND d.tid = l.tid AND d.depth = l.open - 1 AND l.ts_ns >= d.ts_ns;
+
+CREATE TEMP TABLE kernel_stage AS
+SELECT g.trace_id, g.dev_label, g.device_index, g.stream, g.kind,
+       CASE WHEN g.kind <> 'kernel' THEN 'memory'
+            WHEN regexp_matches(lower(coalesce(g.name, '')), '{comm}') THEN 'communication'
+            ELSE 'compute' END AS category,
+       g.name, g.ts_ns, g.dur_ns, g.correlation, coalesce(g.ext_id, r.ext_id) AS external_id,
+       coalesce(l.op_id, CASE WHEN r.correlation IS NULL THEN o.op_id END) AS op_id,
+       r.name AS launch_name, r.ts_ns AS launch_ts_ns, r.dur_ns AS launch_dur_ns,
+       g.grid, g.block, g.registers AS registers_per_thread, g.shared_memory AS shared_memory_bytes,
+       g.occupancy_pct / 100.0 AS occupancy, g.bytes
+FROM gpu g
+LEFT JOIN rt r ON r.trace_id = g.trace_id AND r.correlation = g.correlation
+LEFT JOIN rt_link l ON l.trace_id = g.trace_id AND l.correlation = g.correlation
+LEFT JOIN op_by_ext o ON o.trace_id = g.trace_id AND o.external_id = g.ext_id;
+
+CREATE TEMP TABLE annotation_stage AS
+SELECT trace_id,
+       CASE WHEN name LIKE 'ProfilerStep#%' THEN 'profiler_step' ELSE lower(cat) END AS kind,
+       name, ts_ns, dur_ns,
+       CASE WHEN lower(cat) = 'gpu_user_annotation' THEN coalesce(device, pid) END AS dev_label,
+       pid, tid
+FROM evx WHERE cls = 'annotation';
+"""
+
+
+def _classify_sql(bases: dict[int, int]) -> str:
+    base_case = "CASE trace_id " + " ".join(f"WHEN {t} THEN {b}" for t, b in bases.items()) + " ELSE 0 END"
+    gpu = ", ".join(_sql_str(c) for c in GPU_CATEGORIES)
+    ops = ", ".join(_sql_str(c) for c in OP_CATEGORIES)
+    ann = ", ".join(_sql_str(c) for c in ANNOTATION_CATEGORIES)
+    return f"""
+CREATE TEMP TABLE evc AS
+SELECT *,
+  CASE
+    WHEN jtype <> 'OBJECT' THEN 'malformed:not an object'
+    WHEN lower(cat) IN ({gpu}) OR lower(cat) IN ({ops}) OR lower(cat) IN ({ann})
+         OR lower(cat) LIKE '%runtime' OR lower(cat) LIKE '%driver' THEN
+      CASE WHEN coalesce(ph, 'X') NOT IN ('X', 'x') THEN 'ignored'
+           WHEN ts_us IS NULL OR NOT isfinite(ts_us) THEN 'malformed:no numeric ts'
+           WHEN dur_us IS NULL OR NOT isfinite(dur_us) THEN 'malformed:no numeric dur'
+           WHEN dur_us < 0 THEN 'malformed:negative dur'
+           WHEN lower(cat) IN ({gpu}) THEN 'gpu'
+           WHEN lower(cat) IN ({ops}) AND name LIKE 'ProfilerStep#%' THEN 'annotation'
+           WHEN lower(cat) IN ({ops}) THEN 'op'
+           WHEN lower(cat) IN ({ann}) THEN 'annotation'
+           ELSE 'runtime' END
+    ELSE 'ignored' END AS cls
+FROM ev;
+
+CREATE TEMP TABLE evx AS
+SELECT cls, trace_id, ph, cat, name, pid, tid, ext_a, ext_b, correlation, device, stream, grid, block,
+       registers, shared_memory, occupancy_pct, bytes, input_dims, input_types, input_strides,
+       concrete_inputs, sequence_number, launch_kernel,
+       {_ns('ts_us', base_case)} AS ts_ns,
+       CAST(round(dur_us * 1000) AS BIGINT) AS dur_ns
+FROM evc WHERE cls IN ('gpu', 'runtime', 'op', 'annotation');
+"""
+
+
+@dataclass
+class IngestResult:
+    """What :func:`ingest` did: the run it wrote and the counts of what it loaded and skipped."""
+
+    run_id: int
+    name: str
+    files: list[dict[str, Any]]
+    events: int
+    loaded: dict[str, int]
+    skipped: dict[str, int]
+    ignored: dict[str, int]
+    linked: dict[str, int]
+    notes: list[str] = field(default_factory=list)
+
+    def to_json(self) -> dict[str, Any]:
+        """The ``ingest --json`` document."""
+        return {
+            "run_id": self.run_id,
+            "name": self.name,
+            "files": self.files,
+            "events": self.events,
+            "loaded": self.loaded,
+            "skipped": {"malformed": sum(self.skipped.values()), "reasons": self.skipped},
+            "ignored": self.ignored,
+            "linked": self.linked,
+            "notes": self.notes,
+        }
+
+
+def default_run_name(paths: Sequence[Path]) -> str:
+    """A run name from the first input: its file name without trace suffixes."""
+    name = paths[0].name
+    for suffix in (".gz", ".json", ".pt.trace", ".trace"):
+        if name.endswith(suffix):
+            name = name[: -len(suffix)]
+    return name or "trace"
+
+
+def _staging_connection() -> duckdb.DuckDBPyConnection:
+    import duckdb
+
+    con = duckdb.connect(":memory:", config={"threads": min(4, os.cpu_count() or 1)})
+    con.execute("SET preserve_insertion_order = false")
+    tmp = Path(tempfile.gettempdir()) / "gpuscope-duckdb-spill"
+    con.execute(f"SET temp_directory = {_sql_str(str(tmp))}")
+    return con
+
+
+def stage_traces(
+    paths: Sequence[Path], progress: Progress = _quiet
+) -> tuple[duckdb.DuckDBPyConnection, list[TraceInfo], dict[str, Any]]:
+    """Spool, parse and link ``paths`` into staging tables of an in-memory DuckDB.
+
+    Returns the staging connection (tables ``kernel_stage``, ``op_stage``,
+    ``annotation_stage``), per-file information, and counts. Nothing touches the store.
+    """
+    con = _staging_connection()
+    con.execute(_EV_DDL)
+    infos: list[TraceInfo] = []
+    spool_dir = Path(tempfile.mkdtemp(prefix="gpuscope-ingest-"))
+    try:
+        for trace_id, path in enumerate(paths):
+            progress(f"reading {path}")
+            spooled = spool_events(path, spool_dir)
+            try:
+                n = load_trace(con, trace_id, spooled)
+            finally:
+                spooled.spool.unlink(missing_ok=True)
+            min_ts = con.execute(
+                "SELECT min(ts_us) FROM ev WHERE trace_id = ? AND lower(cat) IN ('kernel','gpu_memcpy','gpu_memset','cpu_op','operator','cuda_runtime','user_annotation')",
+                [trace_id],
+            ).fetchone()[0]
+            base, relative = _time_base(spooled.header, min_ts)
+            infos.append(
+                TraceInfo(trace_id, str(path), spooled.form, spooled.size_bytes, spooled.json_bytes, n,
+                          base, relative, _rank(spooled.header), spooled.header)
+            )
+    finally:
+        shutil.rmtree(spool_dir, ignore_errors=True)
+    progress("linking kernels to launches and ops")
+    con.execute(_classify_sql({i.trace_id: i.base_time_ns for i in infos}))
+    con.execute(_BUILD_SQL.replace("{comm}", COMM_RE))
+    counts = _counts(con)
+    con.execute("DROP TABLE ev; DROP TABLE evc; DROP TABLE evx; DROP TABLE gpu; DROP TABLE rt; DROP TABLE rt_link; DROP TABLE op_depth; DROP TABLE op_by_ext")
+    return con, infos, counts
+
+
+def _counts(con: duckdb.DuckDBPyConnection) -> dict[str, Any]:
+    skipped: dict[str, int] = {}
+    ignored: dict[str, int] = {}
+    accel: dict[str, int] = {}
+    for cls, cat, ph, n in con.execute(
+        "SELECT cls, cat, ph, count(*) FROM evc WHERE cls LIKE 'malformed:%' OR cls = 'ignored' GROUP BY ALL"
+    ).fetchall():
+        if cls.startswith("malformed:"):
+            reason = cls.split(":", 1)[1]
+            skipped[reason] = skipped.get(reason, 0) + n
+        else:
+            label = cat if cat is not None else f"ph={ph}" if ph is not None else "no category"
+            ignored[label] = ignored.get(label, 0) + n
+            for prefix, pretty in ACCELERATOR_PREFIXES.items():
+                if cat and cat.lower().startswith(prefix):
+                    accel[pretty] = accel.get(pretty, 0) + n
+    for cat, n in con.execute(
+        "SELECT cat, count(*) FROM evc WHERE cls = 'runtime' GROUP BY ALL"
+    ).fetchall():
+        for prefix, pretty in ACCELERATOR_PREFIXES.items():
+            if cat and cat.lower().startswith(prefix):
+                accel[pretty] = accel.get(pretty, 0) + n
+    hip, cuda = con.execute(
+        "SELECT count(*) FILTER (WHERE name LIKE 'hip%'), count(*) FILTER (WHERE name LIKE 'cu%') FROM evc WHERE cls = 'runtime'"
+    ).fetchone()
+    return {"skipped": skipped, "ignored": ignored, "accelerators": accel, "runtime_hip": hip, "runtime_cuda": cuda}
+
+
+def _device_rows(
+    con: duckdb.DuckDBPyConnection, infos: list[TraceInfo], counts: dict[str, Any]
+) -> list[dict[str, Any]]:
+    labels = con.execute(
+        "SELECT DISTINCT trace_id, dev_label, device_index FROM kernel_stage "
+        "UNION SELECT DISTINCT trace_id, dev_label, TRY_CAST(dev_label AS INTEGER) FROM annotation_stage WHERE dev_label IS NOT NULL "
+        "ORDER BY 1, 3, 2"
+    ).fetchall()
+    multi = len(infos) > 1
+    ranks = [i.rank for i in infos]
+    use_rank = multi and None not in ranks and len(set(ranks)) == len(ranks)
+    accel = next(iter(counts["accelerators"]), None)
+    rows = []
+    for device_id, (trace_id, label, index) in enumerate(labels):
+        info = infos[trace_id]
+        props = _device_properties(info.header).get(index) if index is not None else None
+        vendor, kind = _vendor(props, counts["runtime_hip"], counts["runtime_cuda"], accel)
+        dev = f"gpu{index}" if index is not None else f"device:{label}"
+        prefix = (f"rank{info.rank}/" if use_rank else f"trace{trace_id}/") if multi else ""
+        cc = None
+        if props and props.get("computeMajor") is not None:
+            cc = f"{props.get('computeMajor')}.{props.get('computeMinor', 0)}"
+        rows.append({
+            "device_id": device_id, "key": prefix + dev, "trace_id": trace_id, "label": label,
+            "device_index": index, "vendor": vendor, "kind": kind,
+            "name": (props or {}).get("name") or None,
+            "memory_total_bytes": (props or {}).get("totalGlobalMem"),
+            "compute_capability": cc,
+            "num_sms": (props or {}).get("numSms"),
+            "warp_size": (props or {}).get("warpSize"),
+            "properties": json.dumps(props) if props else None,
+        })
+    return rows
+
+
+def ingest(
+    db_path: Path | str,
+    paths: Sequence[str | Path],
+    name: str | None = None,
+    progress: Progress = _quiet,
+) -> IngestResult:
+    """Load Kineto traces (files, ``.gz``, directories) as one run of the store at ``db_path``.
+
+    Everything is parsed and linked before the store is opened; the run is then written in one
+    transaction, so a bad input leaves the store exactly as it was.
+    """
+    from . import store
+
+    files = expand_paths(paths)
+    con, infos, counts = stage_traces(files, progress)
+    try:
+        total_events = sum(i.events for i in infos)
+        gpu_rows, op_rows = con.execute(
+            "SELECT (SELECT count(*) FROM kernel_stage), (SELECT count(*) FROM op_stage)"
+        ).fetchone()
+        ann_rows = con.execute("SELECT count(*) FROM annotation_stage").fetchone()[0]
+        if gpu_rows == 0 and op_rows == 0 and ann_rows == 0:
+            what = ", ".join(str(f) for f in files)
+            if total_events == 0:
+                raise InputError(what, "the trace holds no events")
+            raise InputError(what, f"no trace events gpuscope can use among {total_events} entries (not a Kineto/Chrome trace?)")
+        devices = _device_rows(con, infos, counts)
+        con.execute(
+            "CREATE TEMP TABLE dev_map (trace_id INTEGER, dev_label VARCHAR, device_id INTEGER)"
+        )
+        if devices:
+            con.executemany(
+                "INSERT INTO dev_map VALUES (?, ?, ?)",
+                [(d["trace_id"], d["label"], d["device_id"]) for d in devices],
+            )
+        span = con.execute(
+            "SELECT min(s), max(e) FROM (SELECT min(ts_ns) s, max(ts_ns + dur_ns) e FROM kernel_stage "
+            "UNION ALL SELECT min(ts_ns), max(ts_ns + dur_ns) FROM op_stage "
+            "UNION ALL SELECT min(ts_ns), max(ts_ns + dur_ns) FROM annotation_stage)"
+        ).fetchone()
+        linked = dict(zip(
+            ("kernels_with_op", "kernels_without_op", "kernels_with_launch"),
+            con.execute(
+                "SELECT count(*) FILTER (WHERE op_id IS NOT NULL), count(*) FILTER (WHERE op_id IS NULL), "
+                "count(*) FILTER (WHERE launch_name IS NOT NULL) FROM kernel_stage"
+            ).fetchone(),
+        ))
+        loaded = dict(zip(
+            ("kernels", "memcpy", "memset"),
+            con.execute(
+                "SELECT count(*) FILTER (WHERE kind = 'kernel'), count(*) FILTER (WHERE kind = 'memcpy'), "
+                "count(*) FILTER (WHERE kind = 'memset') FROM kernel_stage"
+            ).fetchone(),
+        ))
+        loaded.update(ops=op_rows, annotations=ann_rows, devices=len(devices))
+        notes = _notes(infos, counts, gpu_rows, op_rows)
+        run_name = name or default_run_name(files)
+        info_doc = {
+            "ingest": {"skipped": counts["skipped"], "ignored": counts["ignored"], "linked": linked,
+                       "accelerators": counts["accelerators"]},
+            "notes": notes,
+        }
+        progress(f"writing run to {db_path}")
+        Path(db_path).parent.mkdir(parents=True, exist_ok=True)
+        con.execute(f"ATTACH {_sql_str(str(db_path))} AS store")
+        try:
+            con.execute("USE store")
+            store.migrate(con)
+            with store.transaction(con):
+                run_id = con.execute("SELECT nextval('run_id_seq')").fetchone()[0]
+                con.execute(
+                    "INSERT INTO runs (id, name, status, source, started_ns, ended_ns, created_ns, command, exit_code, host, info) "
+                    "VALUES (?, ?, 'complete', 'ingest', ?, ?, ?, ?, NULL, ?, ?)",
+                    [run_id, run_name, span[0], span[1], store.now_ns(),
+                     "gpuscope ingest " + " ".join(str(f) for f in files), store.hostname(), json.dumps(info_doc)],
+                )
+                _write_rows(con, run_id, infos, devices)
+        finally:
+            con.execute("USE memory")
+            con.execute("DETACH store")
+    finally:
+        con.close()
+    file_docs = [
+        {"path": i.path, "form": i.form, "size_bytes": i.size_bytes, "json_bytes": i.json_bytes, "events": i.events,
+         "ts_relative": i.ts_relative, "base_time_ns": i.base_time_ns, "rank": i.rank}
+        for i in infos
+    ]
+    return IngestResult(run_id, run_name, file_docs, total_events, loaded, counts["skipped"],
+                        counts["ignored"], linked, notes)
+
+
+def _write_rows(con: duckdb.DuckDBPyConnection, run_id: int, infos: list[TraceInfo], devices: list[dict[str, Any]]) -> None:
+    for i in infos:
+        meta = {k: v for k, v in i.header.items() if k != "traceEvents"}
+        con.execute(
+            "INSERT INTO traces VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            [run_id, i.trace_id, i.path, i.rank, i.base_time_ns, i.ts_relative, i.events, i.size_bytes,
+             json.dumps(meta, default=str)],
+        )
+    if devices:
+        con.executemany(
+            "INSERT INTO devices (run_id, device_id, key, source, trace_id, device_index, vendor, kind, name, "
+            "memory_total_bytes, compute_capability, num_sms, warp_size, properties) "
+            "VALUES (?, ?, ?, 'trace', ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            [(run_id, d["device_id"], d["key"], d["trace_id"], d["device_index"], d["vendor"], d["kind"], d["name"],
+              d["memory_total_bytes"], d["compute_capability"], d["num_sms"], d["warp_size"], d["properties"])
+             for d in devices],
+        )
+    con.execute(
+        f"""INSERT INTO kernels
+        SELECT {run_id}, k.trace_id, m.device_id, k.stream, k.kind, k.category, k.name, k.ts_ns, k.dur_ns,
+               k.correlation, k.external_id, k.op_id, k.launch_name, k.launch_ts_ns, k.launch_dur_ns,
+               k.grid, k.block, k.registers_per_thread, k.shared_memory_bytes, k.occupancy, k.bytes
+        FROM temp.kernel_stage k JOIN temp.dev_map m ON m.trace_id = k.trace_id AND m.dev_label = k.dev_label
+        ORDER BY m.device_id, k.ts_ns"""
+    )
+    con.execute(
+        f"""INSERT INTO ops
+        SELECT {run_id}, op_id, trace_id, pid, tid, name, ts_ns, dur_ns, external_id, sequence_number, is_leaf,
+               input_dims, input_types, input_strides, concrete_inputs
+        FROM temp.op_stage ORDER BY op_id"""
+    )
+    con.execute(
+        f"""INSERT INTO annotations
+        SELECT {run_id}, a.trace_id, a.kind, a.name, a.ts_ns, a.dur_ns, m.device_id, a.pid, a.tid, NULL
+        FROM temp.annotation_stage a LEFT JOIN temp.dev_map m ON m.trace_id = a.trace_id AND m.dev_label = a.dev_label
+        ORDER BY a.ts_ns"""
+    )
+
+
+def _notes(infos: list[TraceInfo], counts: dict[str, Any], gpu_rows: int, op_rows: int) -> list[str]:
+    notes = []
+    if counts["accelerators"]:
+        kinds = ", ".join(f"{k} ({n} events)" for k, n in counts["accelerators"].items())
+        notes.append(
+            f"trace of a non-GPU accelerator: {kinds}; its events are ingested, but gpuscope models only "
+            "NVIDIA and AMD GPUs"
+        )
+    if gpu_rows == 0:
+        notes.append("no GPU activity in the trace (CPU-only): ops are reported with their CPU time")
+    elif op_rows == 0:
+        notes.append("no CPU side in the trace: kernels cannot be attributed to ops")
+    for i in infos:
+        if i.ts_relative and i.base_time_ns == 0:
+            notes.append(f"{i.path}: relative timestamps without baseTimeNanoseconds; absolute times are unknown")
+    if counts["skipped"]:
+        total = sum(counts["skipped"].values())
+        reasons = ", ".join(f"{n} {r}" for r, n in counts["skipped"].items())
+        notes.append(f"skipped {total} malformed events ({reasons})")
+    return notes
+
+
+def stderr_progress(enabled: bool) -> Progress:
+    """A progress reporter that writes one line per stage to stderr when ``enabled``."""
+    if not enabled:
+        return _quiet
+
+    def report(msg: str) -> None:
+        print(f"gpuscope: {msg}", file=sys.stderr, flush=True)
+
+    return report

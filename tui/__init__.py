@@ -1,0 +1,1 @@
+"""The Textual terminal UI. Only this package imports Textual, and only ``gpuscope tui`` imports it."""
