@@ -21,6 +21,7 @@ import sys
 import warnings
 from collections.abc import Sequence
 
+import torch
 from torch.profiler import ProfilerActivity, profile, schedule
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -73,7 +74,16 @@ def main(argv: Sequence[str] | None = None) -> int:
             **sizes,
         }
         prof.add_metadata_json("workload", json.dumps(workload))
-        res = generate(model, prompt, sizes["new_tokens"], on_step=prof.step)
+        calls = 0
+
+        def on_step() -> None:
+            nonlocal calls
+            calls += 1
+            if calls == steps and prompt.device.type == "cuda":
+                torch.cuda.synchronize()  # the last step's kernels must finish inside the window
+            prof.step()  # the `steps`-th call ends the window and runs on_trace_ready
+
+        res = generate(model, prompt, sizes["new_tokens"], on_step=on_step)
 
     # (No timings printed: the last prof.step() exports the trace inside the timed decode loop.)
     print(

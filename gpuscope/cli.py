@@ -57,7 +57,7 @@ def cmd_ingest(args: argparse.Namespace) -> int:
     from .report import render_ingest
 
     progress = trace.stderr_progress(sys.stderr.isatty() and not args.quiet)
-    result = trace.ingest(_db(args), args.paths, name=args.name, progress=progress)
+    result = trace.ingest(_db(args), args.paths, name=args.name, progress=progress, all_ops=args.all_ops)
     doc = result.to_json()
     if args.json:
         print_json(doc)
@@ -173,6 +173,8 @@ def build_parser() -> argparse.ArgumentParser:
                                    "(every *.json / *.json.gz inside). Several files (ranks, worker processes) make one run.")
     s.add_argument("paths", nargs="+", metavar="PATH", help="trace file or directory")
     s.add_argument("--name", help="run name (default: the first file's name)")
+    s.add_argument("--all-ops", action="store_true",
+                   help="keep every CPU op (default: on traces with GPU activity, only ops that launched GPU work and their ancestors)")
     s.add_argument("-q", "--quiet", action="store_true", help="no progress lines on stderr")
     s.set_defaults(func=cmd_ingest)
 

@@ -193,18 +193,20 @@ def _parse_head(text: str, at_eof: bool, source: str) -> tuple[str, dict[str, An
         header[key] = value
 
 
-def _parse_rest(text: str) -> dict[str, Any] | None:
-    """Parse what follows the closing ``]`` of ``traceEvents``: ``(, "key": value)* }`` and
-    nothing else. Returns the keys found, or None when ``text`` is not such a remainder."""
+def _parse_rest(text: str, i: int) -> dict[str, Any] | None:
+    """Parse ``text[i:]`` as what follows the closing ``]`` of ``traceEvents``:
+    ``(, "key": value)* }`` and nothing else. Returns the keys found, or None when it is not
+    such a remainder."""
     out: dict[str, Any] = {}
-    i = _skip_ws(text, 0)
+    n = len(text)
+    i = _skip_ws(text, i)
     try:
         while True:
-            if i >= len(text):
+            if i >= n:
                 return None
             c = text[i]
             if c == "}":
-                return out if _skip_ws(text, i + 1) == len(text) else None
+                return out if _skip_ws(text, i + 1) == n else None
             if c != ",":
                 return None
             i = _skip_ws(text, i + 1)
@@ -212,7 +214,7 @@ def _parse_rest(text: str) -> dict[str, Any] | None:
             if not isinstance(key, str):
                 return None
             i = _skip_ws(text, i)
-            if i >= len(text) or text[i] != ":":
+            if i >= n or text[i] != ":":
                 return None
             value, i = _DECODER.raw_decode(text, _skip_ws(text, i + 1))
             out[key] = value
@@ -224,30 +226,32 @@ def _parse_rest(text: str) -> dict[str, Any] | None:
 def _find_events_end(tail: bytes, source: str) -> tuple[int, dict[str, Any]]:
     """Find the ``]`` closing ``traceEvents`` in the last bytes of an object-form trace.
 
-    Only a ``]`` right after ``}`` (the last event) or ``[`` (no events) can close the array,
-    and the text after the right one parses as the rest of the top-level object. A ``]`` inside
-    an event never does (the remainder would hold unbalanced closers). Of the candidates that
-    parse, the true one is followed by the most keys (a later one closes a top-level array
-    such as ``deviceProperties``).
+    Returns its byte offset in ``tail`` and the top-level keys after it. Only a ``]`` right
+    after ``}`` (the last event) or ``[`` (no events) can close the array, and the text after
+    the right one parses as the rest of the top-level object; a ``]`` inside an event never
+    does (the remainder would hold unbalanced closers). Of the candidates that parse, the true
+    one is followed by the most keys (a later one closes a top-level array such as
+    ``deviceProperties``).
     """
+    text = tail.decode("utf-8", "surrogateescape")
     best: tuple[int, dict[str, Any]] | None = None
-    pos = len(tail)
+    pos = len(text)
     checks = 0
     while checks < 4096:
-        pos = tail.rfind(b"]", 0, pos)
+        pos = text.rfind("]", 0, pos)
         if pos < 0:
             break
         j = pos - 1
-        while j >= 0 and tail[j] in b" \t\r\n":
+        while j >= 0 and text[j] in _WS:
             j -= 1
-        if j >= 0 and tail[j] in b"}[":
+        if j >= 0 and text[j] in "}[":
             checks += 1
-            rest = _parse_rest(tail[pos + 1 :].decode("utf-8", "surrogateescape"))
+            rest = _parse_rest(text, pos + 1)
             if rest is not None and (best is None or len(rest) >= len(best[1])):
                 best = (pos, rest)
     if best is None:
         raise InputError(source, "truncated or malformed JSON (cannot find the end of the 'traceEvents' array)")
-    return best
+    return len(text[: best[0]].encode("utf-8", "surrogateescape")), best[1]
 
 
 def spool_events(path: Path, spool_dir: Path) -> SpooledTrace:
@@ -332,69 +336,170 @@ def expand_paths(paths: Iterable[str | Path]) -> list[Path]:
 # Step 2: DuckDB parses the events array into a staging table
 # --------------------------------------------------------------------------------------------
 
-# (column, JSON path, SQL conversion of the extracted text `x`)
+# (column, key in the event or in its args, SQL conversion of the extracted text `x`)
 _FIELDS: tuple[tuple[str, str, str], ...] = (
-    ("ph", "$.ph", "x"),
-    ("cat", "$.cat", "x"),
-    ("name", "$.name", "x"),
-    ("ts_us", "$.ts", "TRY_CAST(x AS DOUBLE)"),
-    ("dur_us", "$.dur", "TRY_CAST(x AS DOUBLE)"),
-    ("pid", "$.pid", "x"),
-    ("tid", "$.tid", "x"),
-    ("ext_a", '$.args."External id"', "TRY_CAST(x AS BIGINT)"),
-    ("ext_b", '$.args."external id"', "TRY_CAST(x AS BIGINT)"),
-    ("correlation", "$.args.correlation", "TRY_CAST(x AS BIGINT)"),
-    ("device", "$.args.device", "x"),
-    ("stream", "$.args.stream", "TRY_CAST(x AS BIGINT)"),
-    ("grid", "$.args.grid", "TRY_CAST(x AS INTEGER[])"),
-    ("block", "$.args.block", "TRY_CAST(x AS INTEGER[])"),
-    ("registers", '$.args."registers per thread"', "TRY_CAST(x AS INTEGER)"),
-    ("shared_memory", '$.args."shared memory"', "TRY_CAST(x AS BIGINT)"),
-    ("occupancy_pct", '$.args."est. achieved occupancy %"', "TRY_CAST(x AS DOUBLE)"),
-    ("bytes", "$.args.bytes", "TRY_CAST(x AS BIGINT)"),
-    ("input_dims", '$.args."Input Dims"', "x"),
-    ("input_types", '$.args."Input type"', "x"),
-    ("input_strides", '$.args."Input Strides"', "x"),
-    ("concrete_inputs", '$.args."Concrete Inputs"', "x"),
-    ("sequence_number", '$.args."Sequence number"', "TRY_CAST(x AS BIGINT)"),
-    ("launch_kernel", "$.args.kernel", "x"),
+    ("ph", "ph", "x"),
+    ("cat", "cat", "x"),
+    ("name", "name", "x"),
+    ("ts_us", "ts", "TRY_CAST(x AS DOUBLE)"),
+    ("dur_us", "dur", "TRY_CAST(x AS DOUBLE)"),
+    ("pid", "pid", "x"),
+    ("tid", "tid", "x"),
+    ("ext_a", "args.External id", "TRY_CAST(x AS BIGINT)"),
+    ("ext_b", "args.external id", "TRY_CAST(x AS BIGINT)"),
+    ("correlation", "args.correlation", "TRY_CAST(x AS BIGINT)"),
+    ("device", "args.device", "x"),
+    ("stream", "args.stream", "TRY_CAST(x AS BIGINT)"),
+    ("grid", "args.grid", "TRY_CAST(x AS INTEGER[])"),
+    ("block", "args.block", "TRY_CAST(x AS INTEGER[])"),
+    ("registers", "args.registers per thread", "TRY_CAST(x AS INTEGER)"),
+    ("shared_memory", "args.shared memory", "TRY_CAST(x AS BIGINT)"),
+    ("occupancy_pct", "args.est. achieved occupancy %", "TRY_CAST(x AS DOUBLE)"),
+    ("bytes", "args.bytes", "TRY_CAST(x AS BIGINT)"),
+    ("input_dims", "args.Input Dims", "x"),
+    ("input_types", "args.Input type", "x"),
+    ("input_strides", "args.Input Strides", "x"),
+    ("concrete_inputs", "args.Concrete Inputs", "x"),
+    ("sequence_number", "args.Sequence number", "TRY_CAST(x AS BIGINT)"),
+    ("launch_kernel", "args.kernel", "x"),
 )
-
-_EV_DDL = (
-    "CREATE TEMP TABLE ev (trace_id INTEGER, jtype VARCHAR, ph VARCHAR, cat VARCHAR, name VARCHAR, "
-    "ts_us DOUBLE, dur_us DOUBLE, pid VARCHAR, tid VARCHAR, ext_a BIGINT, ext_b BIGINT, correlation BIGINT, "
-    "device VARCHAR, stream BIGINT, grid INTEGER[], block INTEGER[], registers INTEGER, shared_memory BIGINT, "
-    "occupancy_pct DOUBLE, bytes BIGINT, input_dims VARCHAR, input_types VARCHAR, input_strides VARCHAR, "
-    "concrete_inputs VARCHAR, sequence_number BIGINT, launch_kernel VARCHAR)"
-)
+_FIELD_NAMES = tuple(f[0] for f in _FIELDS)
+_NUMERIC_TOP = ("ts", "dur")
 
 
 def _sql_str(s: str) -> str:
     return "'" + s.replace("'", "''") + "'"
 
 
-def _load_sql(trace_id: int, spool: Path) -> str:
-    paths = "[" + ", ".join(_sql_str(p) for _, p, _ in _FIELDS) + "]"
-    cols = ", ".join(conv.replace("x", f"v[{i + 1}]") + f" AS {name}" for i, (name, _, conv) in enumerate(_FIELDS))
+def _sql_ident(s: str) -> str:
+    return '"' + s.replace('"', '""') + '"'
+
+
+def _typed_source(spool: Path) -> str:
+    """Events read by DuckDB into typed columns: the fast path. It fails on events that do not
+    fit the types (a non-object element, a string ``ts``, duplicate keys in ``args``, ...)."""
+    top = [k for _, k, _ in _FIELDS if not k.startswith("args.")]
+    arg_keys: list[str] = []
+    seen: set[str] = set()
+    for _, k, _ in _FIELDS:
+        # DuckDB struct fields are case-insensitive: "external id" comes from the lenient path.
+        if k.startswith("args.") and k[5:].lower() not in seen:
+            seen.add(k[5:].lower())
+            arg_keys.append(k[5:])
+    cols = [f"{k}: {_sql_str('DOUBLE' if k in _NUMERIC_TOP else 'VARCHAR')}" for k in top]
+    struct = ", ".join(f"{_sql_ident(k)} VARCHAR" for k in arg_keys)
+    cols.append(f"args: {_sql_str(f'STRUCT({struct})')}")
+    sel = []
+    for name, key, _ in _FIELDS:
+        if not key.startswith("args."):
+            sel.append(f"{key} AS {name}")
+        elif key[5:] in arg_keys:
+            sel.append(f"args.{_sql_ident(key[5:])} AS {name}")
+        else:
+            sel.append(f"NULL AS {name}")
     return (
-        f"INSERT INTO ev SELECT {trace_id}, json_type(json), {cols} FROM ("
-        f"SELECT json, json_extract_string(json, {paths}) AS v "
+        f"SELECT 'OBJECT' AS jtype, {', '.join(sel)} FROM read_json({_sql_str(str(spool))}, format='array', "
+        f"columns={{{', '.join(cols)}}}, maximum_object_size=268435456)"
+    )
+
+
+def _lenient_source(spool: Path) -> str:
+    """Events read as JSON text with every field pulled out by path: never fails on an event
+    that is valid JSON, whatever its shape."""
+    paths = []
+    for _, key, _ in _FIELDS:
+        if key.startswith("args."):
+            paths.append("$.args." + _sql_ident(key[5:]))
+        else:
+            paths.append("$." + key)
+    plist = "[" + ", ".join(_sql_str(p) for p in paths) + "]"
+    sel = ", ".join(f"v[{i + 1}] AS {name}" for i, name in enumerate(_FIELD_NAMES))
+    return (
+        f"SELECT json_type(json) AS jtype, {sel} FROM (SELECT json, json_extract_string(json, {plist}) AS v "
         f"FROM read_json_objects({_sql_str(str(spool))}, format='array', maximum_object_size=268435456))"
     )
 
 
-def load_trace(con: duckdb.DuckDBPyConnection, trace_id: int, spooled: SpooledTrace) -> int:
-    """Parse the spooled events of one trace into the temp table ``ev``; returns the count."""
+GPU_CATEGORIES = ("kernel", "gpu_memcpy", "gpu_memset")
+OP_CATEGORIES = ("cpu_op", "operator")
+ANNOTATION_CATEGORIES = ("user_annotation", "gpu_user_annotation")
+
+
+def _ns(ts: str, base: int) -> str:
+    # Split whole and fractional microseconds: absolute epoch µs (~1.7e15) times 1000 does not
+    # fit a double's 53 bits exactly, but each part does.
+    return (
+        f"({int(base)} + CAST(floor({ts}) AS BIGINT) * 1000 + "
+        f"CAST(round(({ts} - floor({ts})) * 1000) AS BIGINT))"
+    )
+
+
+def _insert_sql(trace_id: int, base_ns: int, source: str) -> str:
+    gpu = ", ".join(_sql_str(c) for c in GPU_CATEGORIES)
+    ops = ", ".join(_sql_str(c) for c in OP_CATEGORIES)
+    ann = ", ".join(_sql_str(c) for c in ANNOTATION_CATEGORIES)
+    conv = ", ".join(c.replace("x", name) + f" AS {name}" for name, _, c in _FIELDS if name not in ("ts_us", "dur_us"))
+    return f"""
+INSERT INTO ev
+SELECT {trace_id} AS trace_id, cls, {', '.join(n for n in _FIELD_NAMES if n not in ('ts_us', 'dur_us'))},
+       ts_us, CASE WHEN cls NOT LIKE 'malformed%' AND cls <> 'ignored' THEN {_ns('ts_us', base_ns)} END AS ts_ns,
+       CASE WHEN cls NOT LIKE 'malformed%' AND cls <> 'ignored' THEN CAST(round(dur_us * 1000) AS BIGINT) END AS dur_ns
+FROM (
+  SELECT *,
+    CASE
+      WHEN jtype <> 'OBJECT' THEN 'malformed:not an object'
+      WHEN lc IN ({gpu}) OR lc IN ({ops}) OR lc IN ({ann}) OR lc LIKE '%runtime' OR lc LIKE '%driver' THEN
+        CASE WHEN coalesce(ph, 'X') NOT IN ('X', 'x') THEN 'ignored'
+             WHEN ts_us IS NULL OR NOT isfinite(ts_us) THEN 'malformed:no numeric ts'
+             WHEN dur_us IS NULL OR NOT isfinite(dur_us) THEN 'malformed:no numeric dur'
+             WHEN dur_us < 0 THEN 'malformed:negative dur'
+             WHEN lc IN ({gpu}) THEN 'gpu'
+             WHEN lc IN ({ops}) AND name LIKE 'ProfilerStep#%' THEN 'annotation'
+             WHEN lc IN ({ops}) THEN 'op'
+             WHEN lc IN ({ann}) THEN 'annotation'
+             ELSE 'runtime' END
+      ELSE 'ignored' END AS cls
+  FROM (
+    SELECT jtype, {conv}, TRY_CAST(ts_us AS DOUBLE) AS ts_us, TRY_CAST(dur_us AS DOUBLE) AS dur_us,
+           lower(cat) AS lc
+    FROM ({source})
+  )
+)"""
+
+
+_EV_DDL = (
+    "CREATE TEMP TABLE ev (trace_id INTEGER, cls VARCHAR, ph VARCHAR, cat VARCHAR, name VARCHAR, "
+    "pid VARCHAR, tid VARCHAR, ext_a BIGINT, ext_b BIGINT, correlation BIGINT, "
+    "device VARCHAR, stream BIGINT, grid INTEGER[], block INTEGER[], registers INTEGER, shared_memory BIGINT, "
+    "occupancy_pct DOUBLE, bytes BIGINT, input_dims VARCHAR, input_types VARCHAR, input_strides VARCHAR, "
+    "concrete_inputs VARCHAR, sequence_number BIGINT, launch_kernel VARCHAR, ts_us DOUBLE, ts_ns BIGINT, dur_ns BIGINT)"
+)
+
+
+def _time_base(header: dict[str, Any]) -> int:
+    base = header.get("baseTimeNanoseconds")
+    if isinstance(base, (int, float)) and not isinstance(base, bool) and base > 0:
+        return int(base)
+    return 0
+
+
+def load_trace(con: duckdb.DuckDBPyConnection, trace_id: int, spooled: SpooledTrace, base_ns: int) -> int:
+    """Parse the spooled events of one trace into the temp table ``ev`` (one row per event,
+    classified); returns the number of events. Tries DuckDB's typed reader first and falls back
+    to the lenient one for traces whose events do not fit its types."""
     import duckdb
 
     before = con.execute("SELECT count(*) FROM ev").fetchone()[0]
     try:
-        con.execute(_load_sql(trace_id, spooled.spool))
-    except duckdb.Error as exc:
-        msg = str(exc).splitlines()[0]
-        msg = re.sub(r"^[A-Za-z ]*Error: ", "", msg)
-        msg = msg.replace(str(spooled.spool), "traceEvents")
-        raise InputError(str(spooled.source), f"malformed JSON in the events ({msg})") from None
+        con.execute(_insert_sql(trace_id, base_ns, _typed_source(spooled.spool)))
+    except duckdb.Error:
+        try:
+            con.execute(_insert_sql(trace_id, base_ns, _lenient_source(spooled.spool)))
+        except duckdb.Error as exc:
+            msg = str(exc).splitlines()[0]
+            msg = re.sub(r"^[A-Za-z ]*Error: ", "", msg)
+            msg = msg.replace(str(spooled.spool), "traceEvents")
+            raise InputError(str(spooled.source), f"malformed JSON in the events ({msg})") from None
     return con.execute("SELECT count(*) FROM ev").fetchone()[0] - before
 
 
@@ -402,22 +507,10 @@ def load_trace(con: duckdb.DuckDBPyConnection, trace_id: int, spooled: SpooledTr
 # Step 3: link and classify with SQL
 # --------------------------------------------------------------------------------------------
 
-GPU_CATEGORIES = ("kernel", "gpu_memcpy", "gpu_memset")
-OP_CATEGORIES = ("cpu_op", "operator")
-ANNOTATION_CATEGORIES = ("user_annotation", "gpu_user_annotation")
 #: Categories of accelerators that are not GPUs gpuscope models (their events are ingested).
 ACCELERATOR_PREFIXES = {"mtia": "MTIA", "xpu": "Intel XPU", "hpu": "Gaudi HPU", "privateuse1": "PrivateUse1"}
 COMM_RE = "nccl|rccl|msccl|hccl"
 MEM_KERNEL_RE = "^(hip)?(memcpy|memset)"
-
-
-def _ns(ts: str, base: str) -> str:
-    # Split whole and fractional microseconds: absolute epoch µs (~1.7e15) times 1000 does not
-    # fit a double's 53 bits exactly, but each part does.
-    return (
-        f"({base} + CAST(floor({ts}) AS BIGINT) * 1000 + "
-        f"CAST(round(({ts} - floor({ts})) * 1000) AS BIGINT))"
-    )
 
 
 @dataclass
@@ -434,15 +527,6 @@ class TraceInfo:
     ts_relative: bool
     rank: int | None
     header: dict[str, Any]
-
-
-def _time_base(header: dict[str, Any], min_ts_us: float | None) -> tuple[int, bool]:
-    base = header.get("baseTimeNanoseconds")
-    if isinstance(base, (int, float)) and not isinstance(base, bool) and base > 0:
-        return int(base), True
-    if min_ts_us is not None and min_ts_us < ABSOLUTE_US_THRESHOLD:
-        return 0, True  # relative with unknown base: times are kept as they are
-    return 0, False
 
 
 def _rank(header: dict[str, Any]) -> int | None:
@@ -512,12 +596,12 @@ SELECT e.trace_id,
        e.name, e.ts_ns, e.dur_ns, e.correlation,
        coalesce(e.ext_a, e.ext_b) AS ext_id,
        e.grid, e.block, e.registers, e.shared_memory, e.occupancy_pct, e.bytes
-FROM evx e
+FROM ev e
 WHERE e.cls = 'gpu';
 
 CREATE TEMP TABLE rt AS
 SELECT trace_id, correlation, name, ts_ns, dur_ns, coalesce(ext_a, ext_b) AS ext_id, pid, tid, launch_kernel
-FROM evx WHERE cls = 'runtime' AND correlation IS NOT NULL
+FROM ev WHERE cls = 'runtime' AND correlation IS NOT NULL
   AND (trace_id, correlation) IN (SELECT trace_id, correlation FROM gpu WHERE correlation IS NOT NULL)
 QUALIFY row_number() OVER (PARTITION BY trace_id, correlation ORDER BY ts_ns) = 1;
 
@@ -526,7 +610,7 @@ SELECT row_number() OVER (ORDER BY trace_id, ts_ns, dur_ns DESC) - 1 AS op_id,
        trace_id, pid, tid, name, ts_ns, dur_ns, coalesce(ext_a, ext_b) AS external_id, sequence_number,
        coalesce(lead(ts_ns) OVER (PARTITION BY trace_id, pid, tid ORDER BY ts_ns, dur_ns DESC) >= ts_ns + dur_ns, true) AS is_leaf,
        input_dims, input_types, input_strides, concrete_inputs
-FROM evx WHERE cls = 'op';
+FROM ev WHERE cls = 'op';
 
 CREATE TEMP TABLE op_by_ext AS
 SELECT trace_id, external_id, op_id, ts_ns, dur_ns FROM op_stage WHERE external_id IS NOT NULL
@@ -587,47 +671,29 @@ LEFT JOIN rt r ON r.trace_id = g.trace_id AND r.correlation = g.correlation
 LEFT JOIN rt_link l ON l.trace_id = g.trace_id AND l.correlation = g.correlation
 LEFT JOIN op_by_ext o ON o.trace_id = g.trace_id AND o.external_id = g.ext_id;
 
+-- Each op's parent: the latest op one level up on its thread that started no later.
+CREATE TEMP TABLE op_parent AS
+SELECT c.op_id, p.op_id AS parent_op_id
+FROM op_depth c ASOF JOIN op_depth p
+  ON p.trace_id = c.trace_id AND p.pid = c.pid AND p.tid = c.tid AND p.depth = c.depth - 1 AND c.ts_ns >= p.ts_ns
+WHERE c.depth > 0;
+
+-- Ops that launched GPU activity, and their ancestors.
+CREATE TEMP TABLE op_launching AS
+WITH RECURSIVE anc(op_id) AS (
+    SELECT DISTINCT op_id FROM kernel_stage WHERE op_id IS NOT NULL
+    UNION
+    SELECT p.parent_op_id FROM anc JOIN op_parent p ON p.op_id = anc.op_id
+)
+SELECT op_id FROM anc;
+
 CREATE TEMP TABLE annotation_stage AS
 SELECT trace_id,
        CASE WHEN name LIKE 'ProfilerStep#%' THEN 'profiler_step' ELSE lower(cat) END AS kind,
        name, ts_ns, dur_ns,
        CASE WHEN lower(cat) = 'gpu_user_annotation' THEN coalesce(device, pid) END AS dev_label,
        pid, tid
-FROM evx WHERE cls = 'annotation';
-"""
-
-
-def _classify_sql(bases: dict[int, int]) -> str:
-    base_case = "CASE trace_id " + " ".join(f"WHEN {t} THEN {b}" for t, b in bases.items()) + " ELSE 0 END"
-    gpu = ", ".join(_sql_str(c) for c in GPU_CATEGORIES)
-    ops = ", ".join(_sql_str(c) for c in OP_CATEGORIES)
-    ann = ", ".join(_sql_str(c) for c in ANNOTATION_CATEGORIES)
-    return f"""
-CREATE TEMP TABLE evc AS
-SELECT *,
-  CASE
-    WHEN jtype <> 'OBJECT' THEN 'malformed:not an object'
-    WHEN lower(cat) IN ({gpu}) OR lower(cat) IN ({ops}) OR lower(cat) IN ({ann})
-         OR lower(cat) LIKE '%runtime' OR lower(cat) LIKE '%driver' THEN
-      CASE WHEN coalesce(ph, 'X') NOT IN ('X', 'x') THEN 'ignored'
-           WHEN ts_us IS NULL OR NOT isfinite(ts_us) THEN 'malformed:no numeric ts'
-           WHEN dur_us IS NULL OR NOT isfinite(dur_us) THEN 'malformed:no numeric dur'
-           WHEN dur_us < 0 THEN 'malformed:negative dur'
-           WHEN lower(cat) IN ({gpu}) THEN 'gpu'
-           WHEN lower(cat) IN ({ops}) AND name LIKE 'ProfilerStep#%' THEN 'annotation'
-           WHEN lower(cat) IN ({ops}) THEN 'op'
-           WHEN lower(cat) IN ({ann}) THEN 'annotation'
-           ELSE 'runtime' END
-    ELSE 'ignored' END AS cls
-FROM ev;
-
-CREATE TEMP TABLE evx AS
-SELECT cls, trace_id, ph, cat, name, pid, tid, ext_a, ext_b, correlation, device, stream, grid, block,
-       registers, shared_memory, occupancy_pct, bytes, input_dims, input_types, input_strides,
-       concrete_inputs, sequence_number, launch_kernel,
-       {_ns('ts_us', base_case)} AS ts_ns,
-       CAST(round(dur_us * 1000) AS BIGINT) AS dur_ns
-FROM evc WHERE cls IN ('gpu', 'runtime', 'op', 'annotation');
+FROM ev WHERE cls = 'annotation';
 """
 
 
@@ -673,7 +739,6 @@ def _staging_connection() -> duckdb.DuckDBPyConnection:
     import duckdb
 
     con = duckdb.connect(":memory:", config={"threads": min(4, os.cpu_count() or 1)})
-    con.execute("SET preserve_insertion_order = false")
     tmp = Path(tempfile.gettempdir()) / "gpuscope-duckdb-spill"
     con.execute(f"SET temp_directory = {_sql_str(str(tmp))}")
     return con
@@ -695,15 +760,18 @@ def stage_traces(
         for trace_id, path in enumerate(paths):
             progress(f"reading {path}")
             spooled = spool_events(path, spool_dir)
+            base = _time_base(spooled.header)
             try:
-                n = load_trace(con, trace_id, spooled)
+                n = load_trace(con, trace_id, spooled, base)
             finally:
                 spooled.spool.unlink(missing_ok=True)
-            min_ts = con.execute(
-                "SELECT min(ts_us) FROM ev WHERE trace_id = ? AND lower(cat) IN ('kernel','gpu_memcpy','gpu_memset','cpu_op','operator','cuda_runtime','user_annotation')",
-                [trace_id],
-            ).fetchone()[0]
-            base, relative = _time_base(spooled.header, min_ts)
+            relative = base > 0
+            if not relative:
+                min_ts = con.execute(
+                    "SELECT min(ts_us) FROM ev WHERE trace_id = ? AND cls IN ('gpu', 'op', 'runtime', 'annotation')",
+                    [trace_id],
+                ).fetchone()[0]
+                relative = min_ts is not None and min_ts < ABSOLUTE_US_THRESHOLD
             infos.append(
                 TraceInfo(trace_id, str(path), spooled.form, spooled.size_bytes, spooled.json_bytes, n,
                           base, relative, _rank(spooled.header), spooled.header)
@@ -711,10 +779,9 @@ def stage_traces(
     finally:
         shutil.rmtree(spool_dir, ignore_errors=True)
     progress("linking kernels to launches and ops")
-    con.execute(_classify_sql({i.trace_id: i.base_time_ns for i in infos}))
     con.execute(_BUILD_SQL.replace("{comm}", COMM_RE))
     counts = _counts(con)
-    con.execute("DROP TABLE ev; DROP TABLE evc; DROP TABLE evx; DROP TABLE gpu; DROP TABLE rt; DROP TABLE rt_link; DROP TABLE op_depth; DROP TABLE op_by_ext")
+    con.execute("DROP TABLE ev; DROP TABLE gpu; DROP TABLE rt; DROP TABLE rt_link; DROP TABLE op_depth; DROP TABLE op_by_ext")
     return con, infos, counts
 
 
@@ -723,7 +790,7 @@ def _counts(con: duckdb.DuckDBPyConnection) -> dict[str, Any]:
     ignored: dict[str, int] = {}
     accel: dict[str, int] = {}
     for cls, cat, ph, n in con.execute(
-        "SELECT cls, cat, ph, count(*) FROM evc WHERE cls LIKE 'malformed:%' OR cls = 'ignored' GROUP BY ALL"
+        "SELECT cls, cat, ph, count(*) FROM ev WHERE cls LIKE 'malformed:%' OR cls = 'ignored' GROUP BY ALL"
     ).fetchall():
         if cls.startswith("malformed:"):
             reason = cls.split(":", 1)[1]
@@ -735,13 +802,13 @@ def _counts(con: duckdb.DuckDBPyConnection) -> dict[str, Any]:
                 if cat and cat.lower().startswith(prefix):
                     accel[pretty] = accel.get(pretty, 0) + n
     for cat, n in con.execute(
-        "SELECT cat, count(*) FROM evc WHERE cls = 'runtime' GROUP BY ALL"
+        "SELECT cat, count(*) FROM ev WHERE cls = 'runtime' GROUP BY ALL"
     ).fetchall():
         for prefix, pretty in ACCELERATOR_PREFIXES.items():
             if cat and cat.lower().startswith(prefix):
                 accel[pretty] = accel.get(pretty, 0) + n
     hip, cuda = con.execute(
-        "SELECT count(*) FILTER (WHERE name LIKE 'hip%'), count(*) FILTER (WHERE name LIKE 'cu%') FROM evc WHERE cls = 'runtime'"
+        "SELECT count(*) FILTER (WHERE name LIKE 'hip%'), count(*) FILTER (WHERE name LIKE 'cu%') FROM ev WHERE cls = 'runtime'"
     ).fetchone()
     return {"skipped": skipped, "ignored": ignored, "accelerators": accel, "runtime_hip": hip, "runtime_cuda": cuda}
 
@@ -786,11 +853,15 @@ def ingest(
     paths: Sequence[str | Path],
     name: str | None = None,
     progress: Progress = _quiet,
+    all_ops: bool = False,
 ) -> IngestResult:
     """Load Kineto traces (files, ``.gz``, directories) as one run of the store at ``db_path``.
 
     Everything is parsed and linked before the store is opened; the run is then written in one
     transaction, so a bad input leaves the store exactly as it was.
+
+    Of the CPU ops, a trace with GPU activity keeps those that launched GPU work and their
+    ancestors (``all_ops`` keeps every one); a CPU-only trace keeps every op.
     """
     from . import store
 
@@ -835,8 +906,13 @@ def ingest(
                 "count(*) FILTER (WHERE kind = 'memset') FROM kernel_stage"
             ).fetchone(),
         ))
-        loaded.update(ops=op_rows, annotations=ann_rows, devices=len(devices))
+        kept_ops = op_rows if (all_ops or gpu_rows == 0) else con.execute("SELECT count(*) FROM op_launching").fetchone()[0]
+        loaded.update(ops=kept_ops, annotations=ann_rows, devices=len(devices))
+        ignored_ops = op_rows - kept_ops
         notes = _notes(infos, counts, gpu_rows, op_rows)
+        if ignored_ops:
+            notes.append(f"{ignored_ops} CPU ops that launched no GPU work (nor contain one that did) were not stored; "
+                         "ingest with --all-ops to keep them")
         run_name = name or default_run_name(files)
         info_doc = {
             "ingest": {"skipped": counts["skipped"], "ignored": counts["ignored"], "linked": linked,
@@ -845,7 +921,7 @@ def ingest(
         }
         progress(f"writing run to {db_path}")
         Path(db_path).parent.mkdir(parents=True, exist_ok=True)
-        con.execute(f"ATTACH {_sql_str(str(db_path))} AS store")
+        con.execute(store.attach_sql(db_path))
         try:
             con.execute("USE store")
             store.migrate(con)
@@ -857,7 +933,7 @@ def ingest(
                     [run_id, run_name, span[0], span[1], store.now_ns(),
                      "gpuscope ingest " + " ".join(str(f) for f in files), store.hostname(), json.dumps(info_doc)],
                 )
-                _write_rows(con, run_id, infos, devices)
+                _write_rows(con, run_id, infos, devices, all_ops)
         finally:
             con.execute("USE memory")
             con.execute("DETACH store")
@@ -872,7 +948,9 @@ def ingest(
                         counts["ignored"], linked, notes)
 
 
-def _write_rows(con: duckdb.DuckDBPyConnection, run_id: int, infos: list[TraceInfo], devices: list[dict[str, Any]]) -> None:
+def _write_rows(
+    con: duckdb.DuckDBPyConnection, run_id: int, infos: list[TraceInfo], devices: list[dict[str, Any]], all_ops: bool
+) -> None:
     for i in infos:
         meta = {k: v for k, v in i.header.items() if k != "traceEvents"}
         con.execute(
@@ -899,9 +977,11 @@ def _write_rows(con: duckdb.DuckDBPyConnection, run_id: int, infos: list[TraceIn
     )
     con.execute(
         f"""INSERT INTO ops
-        SELECT {run_id}, op_id, trace_id, pid, tid, name, ts_ns, dur_ns, external_id, sequence_number, is_leaf,
+        SELECT {run_id}, op_id, p.parent_op_id, trace_id, pid, tid, name, ts_ns, dur_ns, external_id, sequence_number, is_leaf,
                input_dims, input_types, input_strides, concrete_inputs
-        FROM temp.op_stage ORDER BY op_id"""
+        FROM temp.op_stage o LEFT JOIN temp.op_parent p USING (op_id)
+        {'' if all_ops else 'WHERE NOT EXISTS (SELECT 1 FROM temp.kernel_stage) OR op_id IN (SELECT op_id FROM temp.op_launching)'}
+        ORDER BY op_id"""
     )
     con.execute(
         f"""INSERT INTO annotations
