@@ -124,7 +124,8 @@ def op_table(con: duckdb.DuckDBPyConnection, run_id: int, gpu: bool, limit: int 
 
     With GPU activity, an op's ``kernel_us`` is the GPU time of the activities it launched (its
     kernels, memcpys and memsets), summed over calls, and only ops that launched something are
-    listed. On a CPU-only run the innermost (leaf) ops are listed with their CPU time.
+    listed. On a CPU-only run every op is listed with its self CPU time (its duration minus that
+    of the ops it called) as ``kernel_us``, and its inclusive time as ``cpu_us``.
     """
     if gpu:
         sql = """
@@ -142,13 +143,20 @@ def op_table(con: duckdb.DuckDBPyConnection, run_id: int, gpu: bool, limit: int 
         params = [run_id, run_id]
     else:
         sql = """
-            SELECT name, input_dims, input_types, count(*) AS count, sum(dur_ns) / 1e3 AS kernel_us,
-                   sum(dur_ns) / 1e3 AS cpu_us, 0 AS kernels
-            FROM ops WHERE run_id = ? AND is_leaf
-            GROUP BY name, input_dims, input_types
-            ORDER BY kernel_us DESC, name
+            WITH child AS (
+                SELECT parent_op_id AS op_id, sum(dur_ns) AS child_ns
+                FROM ops WHERE run_id = ? AND parent_op_id IS NOT NULL GROUP BY parent_op_id
+            )
+            SELECT o.name, o.input_dims, o.input_types, count(*) AS count,
+                   sum(greatest(o.dur_ns - coalesce(c.child_ns, 0), 0)) / 1e3 AS kernel_us,
+                   sum(o.dur_ns) / 1e3 AS cpu_us, 0 AS kernels
+            FROM ops o LEFT JOIN child c ON c.op_id = o.op_id
+            WHERE o.run_id = ?
+            GROUP BY o.name, o.input_dims, o.input_types
+            HAVING kernel_us > 0
+            ORDER BY kernel_us DESC, o.name
         """
-        params = [run_id]
+        params = [run_id, run_id]
     if limit is not None:
         sql += f" LIMIT {int(limit)}"
     out = []

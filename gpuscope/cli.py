@@ -91,7 +91,7 @@ def cmd_analyze(args: argparse.Namespace) -> int:
     con = store.connect(db, read_only=True)
     try:
         run = store.resolve_run(con, ref, db)
-        doc = analyze_run(con, run.id, top=None if args.json else max(args.top, 0))
+        doc = analyze_run(con, run.id)
     finally:
         con.close()
     if args.json:

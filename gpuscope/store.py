@@ -134,7 +134,6 @@ def _migration_0_to_1(con: duckdb.DuckDBPyConnection) -> None:
   dur_ns BIGINT NOT NULL,
   external_id BIGINT,
   sequence_number BIGINT,
-  is_leaf BOOLEAN,
   input_dims VARCHAR,
   input_types VARCHAR,
   input_strides VARCHAR,

@@ -41,6 +41,9 @@ CHUNK_BYTES = 1 << 20
 HEAD_LIMIT_BYTES = 64 << 20
 TAIL_WINDOW_BYTES = 8 << 20
 TRACE_SUFFIXES = (".json", ".json.gz")
+#: Nesting deeper than this is refused as bad input rather than parsed.
+MAX_NESTING = 512
+_DEEP_RE = re.compile(rb"(?:\[\s*){%d}" % MAX_NESTING)
 #: Absolute Kineto timestamps are epoch microseconds (> 1e15 since 2001); smaller values
 #: without ``baseTimeNanoseconds`` are relative to an unknown base.
 ABSOLUTE_US_THRESHOLD = 1e14
@@ -235,20 +238,23 @@ def _find_events_end(tail: bytes, source: str) -> tuple[int, dict[str, Any]]:
     """
     text = tail.decode("utf-8", "surrogateescape")
     best: tuple[int, dict[str, Any]] | None = None
-    pos = len(text)
-    checks = 0
-    while checks < 4096:
-        pos = text.rfind("]", 0, pos)
-        if pos < 0:
+    for strict in (True, False):  # the lax pass only for a last element that is not an object
+        pos = len(text)
+        checks = 0
+        while checks < 4096:
+            pos = text.rfind("]", 0, pos)
+            if pos < 0:
+                break
+            j = pos - 1
+            while j >= 0 and text[j] in _WS:
+                j -= 1
+            if not strict or (j >= 0 and text[j] in "}["):
+                checks += 1
+                rest = _parse_rest(text, pos + 1)
+                if rest is not None and (best is None or len(rest) >= len(best[1])):
+                    best = (pos, rest)
+        if best is not None:
             break
-        j = pos - 1
-        while j >= 0 and text[j] in _WS:
-            j -= 1
-        if j >= 0 and text[j] in "}[":
-            checks += 1
-            rest = _parse_rest(text, pos + 1)
-            if rest is not None and (best is None or len(rest) >= len(best[1])):
-                best = (pos, rest)
     if best is None:
         raise InputError(source, "truncated or malformed JSON (cannot find the end of the 'traceEvents' array)")
     return len(text[: best[0]].encode("utf-8", "surrogateescape")), best[1]
@@ -280,6 +286,8 @@ def spool_events(path: Path, spool_dir: Path) -> SpooledTrace:
             data = bytes(head[start_byte:])
             del head
             while data:
+                if b"[[[[[[[[[[[[[[[[" in data and _DEEP_RE.search(data):
+                    raise InputError(source, f"JSON nested more than {MAX_NESTING} levels deep")
                 out.write(data)
                 written += len(data)
                 tail += data
@@ -608,7 +616,6 @@ QUALIFY row_number() OVER (PARTITION BY trace_id, correlation ORDER BY ts_ns) = 
 CREATE TEMP TABLE op_stage AS
 SELECT row_number() OVER (ORDER BY trace_id, ts_ns, dur_ns DESC) - 1 AS op_id,
        trace_id, pid, tid, name, ts_ns, dur_ns, coalesce(ext_a, ext_b) AS external_id, sequence_number,
-       coalesce(lead(ts_ns) OVER (PARTITION BY trace_id, pid, tid ORDER BY ts_ns, dur_ns DESC) >= ts_ns + dur_ns, true) AS is_leaf,
        input_dims, input_types, input_strides, concrete_inputs
 FROM ev WHERE cls = 'op';
 
@@ -977,7 +984,7 @@ def _write_rows(
     )
     con.execute(
         f"""INSERT INTO ops
-        SELECT {run_id}, op_id, p.parent_op_id, trace_id, pid, tid, name, ts_ns, dur_ns, external_id, sequence_number, is_leaf,
+        SELECT {run_id}, op_id, p.parent_op_id, trace_id, pid, tid, name, ts_ns, dur_ns, external_id, sequence_number,
                input_dims, input_types, input_strides, concrete_inputs
         FROM temp.op_stage o LEFT JOIN temp.op_parent p USING (op_id)
         {'' if all_ops else 'WHERE NOT EXISTS (SELECT 1 FROM temp.kernel_stage) OR op_id IN (SELECT op_id FROM temp.op_launching)'}
