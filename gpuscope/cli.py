@@ -85,7 +85,7 @@ def cmd_analyze(args: argparse.Namespace) -> int:
         result = trace.ingest(db, [ref], name=args.name, progress=progress)
         ref = str(result.run_id)
         if not args.json:
-            print(f"ingested {ref!s} as run {result.run_id} '{result.name}'", file=sys.stderr)
+            print(f"ingested {args.run} as run {result.run_id} '{result.name}'", file=sys.stderr, flush=True)
     elif ref is not None and _looks_like_path(ref) and not Path(ref).exists() and os.sep in ref:
         raise InputError(ref, "no such file or directory (and no run of that name)")
     con = store.connect(db, read_only=True)

@@ -833,9 +833,19 @@ def _device_rows(
     use_rank = multi and None not in ranks and len(set(ranks)) == len(ranks)
     accel = next(iter(counts["accelerators"]), None)
     rows = []
+    per_trace: dict[int, list[int | None]] = {}
+    for trace_id, _, index in labels:
+        per_trace.setdefault(trace_id, []).append(index)
     for device_id, (trace_id, label, index) in enumerate(labels):
         info = infos[trace_id]
-        props = _device_properties(info.header).get(index) if index is not None else None
+        all_props = _device_properties(info.header)
+        props = all_props.get(index) if index is not None else None
+        indices = per_trace[trace_id]
+        if props is None and index is not None and len(all_props) == len(indices):
+            # ROCm traces may number kernels by physical GPU (pid/device 2) while
+            # deviceProperties lists the visible ones (id 0): match them in order.
+            props = all_props[sorted(all_props)[sorted(i for i in indices if i is not None).index(index)]] \
+                if None not in indices else None
         vendor, kind = _vendor(props, counts["runtime_hip"], counts["runtime_cuda"], accel)
         dev = f"gpu{index}" if index is not None else f"device:{label}"
         prefix = (f"rank{info.rank}/" if use_rank else f"trace{trace_id}/") if multi else ""

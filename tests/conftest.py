@@ -1,0 +1,106 @@
+"""Shared test helpers: the CLI run in-process, the shared real traces, small trace builders."""
+from __future__ import annotations
+
+import gzip
+import hashlib
+import io
+import json
+import os
+from contextlib import redirect_stderr, redirect_stdout
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+SHARED_TRACES = REPO.parent / "shared" / "data" / "traces"
+FIXTURES = REPO / "fixtures"
+
+
+@dataclass
+class CliResult:
+    code: int
+    out: str
+    err: str
+
+    def json(self) -> Any:
+        return json.loads(self.out)
+
+
+def run_cli(*args: str) -> CliResult:
+    """``gpuscope ARGS`` in this process; returns its exit code, stdout and stderr."""
+    from gpuscope.cli import main
+
+    out, err = io.StringIO(), io.StringIO()
+    with redirect_stdout(out), redirect_stderr(err):
+        try:
+            code = main([str(a) for a in args])
+        except SystemExit as exc:  # argparse --help / usage errors
+            code = int(exc.code or 0)
+    return CliResult(code, out.getvalue(), err.getvalue())
+
+
+@pytest.fixture
+def db(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A fresh store path, also set as GPUSCOPE_DB."""
+    path = tmp_path / "store.duckdb"
+    monkeypatch.setenv("GPUSCOPE_DB", str(path))
+    return path
+
+
+def shared_trace(rel: str) -> Path:
+    """A trace from ../shared/data/traces, or skip the test when that folder is absent."""
+    path = SHARED_TRACES / rel
+    if not path.exists():
+        pytest.skip(f"shared trace {rel} not available (../shared/data/traces is absent)")
+    return path
+
+
+def write_trace(path: Path, events: list[Any], gz: bool = False, **top: Any) -> Path:
+    """Write a Kineto-style trace: ``{**top, "traceEvents": events}``."""
+    doc = dict(top)
+    doc["traceEvents"] = events
+    data = json.dumps(doc, indent=1).encode()
+    if gz or path.name.endswith(".gz"):
+        data = gzip.compress(data)
+    path.write_bytes(data)
+    return path
+
+
+def file_digest(path: Path) -> str | None:
+    """SHA-256 of the store file (and its WAL), None when absent: to show a store is unchanged."""
+    if not path.exists():
+        return None
+    h = hashlib.sha256(path.read_bytes())
+    wal = Path(str(path) + ".wal")
+    if wal.exists():
+        h.update(wal.read_bytes())
+    return h.hexdigest()
+
+
+def kernel(name: str, ts: float, dur: float, corr: int | None = None, device: int = 0, stream: int = 7,
+           cat: str = "kernel", **args: Any) -> dict[str, Any]:
+    a: dict[str, Any] = {"device": device, "stream": stream}
+    if corr is not None:
+        a["correlation"] = corr
+    a.update(args)
+    return {"ph": "X", "cat": cat, "name": name, "pid": device, "tid": stream, "ts": ts, "dur": dur, "args": a}
+
+
+def runtime(name: str, ts: float, dur: float, corr: int, ext: int | None = None, pid: int = 100,
+            tid: int = 100, cat: str = "cuda_runtime") -> dict[str, Any]:
+    a: dict[str, Any] = {"correlation": corr}
+    if ext is not None:
+        a["External id"] = ext
+    return {"ph": "X", "cat": cat, "name": name, "pid": pid, "tid": tid, "ts": ts, "dur": dur, "args": a}
+
+
+def cpu_op(name: str, ts: float, dur: float, ext: int, dims: Any = None, types: Any = None,
+           pid: int = 100, tid: int = 100, cat: str = "cpu_op") -> dict[str, Any]:
+    a: dict[str, Any] = {"External id": ext}
+    if dims is not None:
+        a["Input Dims"] = dims
+    if types is not None:
+        a["Input type"] = types
+    return {"ph": "X", "cat": cat, "name": name, "pid": pid, "tid": tid, "ts": ts, "dur": dur, "args": a}
