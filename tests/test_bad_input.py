@@ -1,0 +1,149 @@
+"""Every command given bad input exits 2 with one line naming the input and the problem, shows
+no traceback, and leaves the store exactly as it was (design.md §4.1)."""
+from __future__ import annotations
+
+import gzip
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import file_digest, kernel, run_cli, write_trace
+
+
+def _bad_inputs(d: Path) -> dict[str, Path]:
+    good = json.dumps({"traceEvents": [kernel("k", float(i), 0.5, corr=i) for i in range(2000)]}).encode()
+    out = {
+        "empty": d / "empty.json",
+        "truncated_gz": d / "truncated.json.gz",
+        "corrupt_gz": d / "corrupt.json.gz",
+        "truncated_json": d / "truncated.json",
+        "binary": d / "random.json",
+        "not_json": d / "hello.json",
+        "json_not_trace": d / "config.json",
+        "json_list_of_numbers": d / "numbers.json",
+        "trace_events_not_list": d / "events_dict.json",
+        "no_events": d / "no_events.json",
+        "deep_nesting": d / "deep.json",
+        "deep_header": d / "deep_header.json",
+        "unusable_events": d / "unusable.json",
+        "malformed_inside_events": d / "broken_event.json",
+        "missing": d / "does_not_exist.json.gz",
+        "empty_dir": d / "empty_dir",
+    }
+    out["empty"].write_bytes(b"")
+    out["truncated_gz"].write_bytes(gzip.compress(good)[:300])
+    gz = bytearray(gzip.compress(good))
+    gz[40:60] = b"\x00" * 20
+    out["corrupt_gz"].write_bytes(bytes(gz))
+    out["truncated_json"].write_bytes(good[: len(good) // 2])
+    out["binary"].write_bytes(bytes(range(256)) * 8)
+    out["not_json"].write_text("hello, this is not JSON\n")
+    out["json_not_trace"].write_text('{"model": "llama", "layers": 32}')
+    out["json_list_of_numbers"].write_text("[1, 2, 3]")
+    out["trace_events_not_list"].write_text('{"traceEvents": {"a": 1}}')
+    out["no_events"].write_text('{"traceEvents": []}')
+    out["deep_nesting"].write_text('{"traceEvents": [{"ph": "X", "args": ' + "[" * 100000 + "]" * 100000 + "}]}")
+    out["deep_header"].write_text('{"deviceProperties": ' + "[" * 100000 + "]" * 100000 + ', "traceEvents": []}')
+    out["unusable_events"].write_text('{"traceEvents": [{"ph": "X", "cat": "kernel", "ts": "soon", "dur": 1}]}')
+    out["malformed_inside_events"].write_text('{"traceEvents": [{"ph": "X", "cat": "kernel", "ts": 1, "dur": 1}, {"ph": "X" "cat": 2}]}')
+    out["empty_dir"].mkdir()
+    (out["empty_dir"] / "README.txt").write_text("no traces here")
+    return out
+
+
+CASES = [
+    "empty", "truncated_gz", "corrupt_gz", "truncated_json", "binary", "not_json", "json_not_trace",
+    "json_list_of_numbers", "trace_events_not_list", "no_events", "deep_nesting", "deep_header",
+    "unusable_events", "malformed_inside_events", "missing", "empty_dir",
+]
+
+
+@pytest.fixture
+def populated_store(tmp_path, db) -> Path:
+    write_trace(tmp_path / "ok.json", [kernel("k", 0.0, 1.0), kernel("k", 3.0, 1.0)])
+    assert run_cli("ingest", tmp_path / "ok.json", "-q").code == 0
+    return db
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_bad_trace_exits_2_with_one_line_and_store_unchanged(case, tmp_path, populated_store) -> None:
+    d = tmp_path / "bad"
+    d.mkdir()
+    bad = _bad_inputs(d)[case]
+    before = file_digest(populated_store)
+    for argv in (("ingest", bad), ("analyze", bad)):
+        r = run_cli(*argv)
+        assert r.code == 2, (argv, r.out, r.err)
+        lines = r.err.strip().splitlines()
+        assert len(lines) == 1, r.err
+        assert bad.name in lines[0], lines[0]
+        assert "Traceback" not in r.err and r.out == ""
+        assert file_digest(populated_store) == before
+
+
+def test_bad_file_among_good_ones_loads_nothing(tmp_path, populated_store) -> None:
+    good = write_trace(tmp_path / "good.json", [kernel("k", 0.0, 1.0)])
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"traceEvents": [')
+    before = file_digest(populated_store)
+    r = run_cli("ingest", good, bad)
+    assert r.code == 2 and "bad.json" in r.err
+    assert file_digest(populated_store) == before
+    assert len(run_cli("runs", "--json").json()) == 1
+
+
+def test_bad_input_never_creates_a_store(tmp_path, db) -> None:
+    bad = tmp_path / "x.json"
+    bad.write_text("nope")
+    assert run_cli("ingest", bad).code == 2
+    assert not db.exists()
+
+
+@pytest.mark.parametrize("ref", ["999", "no-such-run"])
+def test_unknown_run(ref, populated_store) -> None:
+    before = file_digest(populated_store)
+    r = run_cli("analyze", ref)
+    assert r.code == 2 and ref in r.err and len(r.err.strip().splitlines()) == 1
+    assert file_digest(populated_store) == before
+
+
+def test_analyze_with_no_store_or_no_runs(tmp_path, db) -> None:
+    r = run_cli("analyze")
+    assert r.code == 2 and str(db) in r.err and "Traceback" not in r.err
+
+
+def test_bad_sql_and_write_attempts(populated_store) -> None:
+    before = file_digest(populated_store)
+    for q in ("SELEC nonsense", "SELECT * FROM no_such_table", "DROP TABLE runs", "DELETE FROM kernels"):
+        r = run_cli("sql", q)
+        assert r.code == 2 and r.err.startswith("gpuscope sql: query:"), r.err
+        assert len(r.err.strip().splitlines()) == 1
+    assert file_digest(populated_store) == before
+    assert run_cli("sql", "SELECT count(*) AS n FROM kernels", "--json").json() == [{"n": 2}]
+
+
+def test_not_a_store(tmp_path, monkeypatch) -> None:
+    fake = tmp_path / "fake.duckdb"
+    fake.write_text("this is not a database")
+    before = file_digest(fake)
+    for argv in (("runs", "--db", fake), ("analyze", "--db", fake), ("sql", "SELECT 1", "--db", fake)):
+        r = run_cli(*argv)
+        assert r.code == 2 and "fake.duckdb" in r.err and len(r.err.strip().splitlines()) == 1, r.err
+    assert file_digest(fake) == before
+
+
+def test_usage_errors_exit_2(db) -> None:
+    for argv in (("ingest",), ("analyze", "--top", "many"), ("frobnicate",)):
+        r = run_cli(*argv)
+        assert r.code == 2 and "Traceback" not in r.err
+
+
+def test_real_process_shows_no_traceback(tmp_path, db) -> None:
+    bad = tmp_path / "trunc.json.gz"
+    bad.write_bytes(gzip.compress(b'{"traceEvents": [' + b'{"ph":"X"},' * 5000)[:200])
+    p = subprocess.run([sys.executable, "-m", "gpuscope", "ingest", str(bad)], capture_output=True, text=True)
+    assert p.returncode == 2 and p.stdout == ""
+    assert p.stderr.count("\n") == 1 and "trunc.json.gz" in p.stderr and "Traceback" not in p.stderr

@@ -1,0 +1,238 @@
+"""Small hand-written traces, one per shape real profilers write (design.md §6)."""
+from __future__ import annotations
+
+import gzip
+import json
+from pathlib import Path
+
+import pytest
+
+from conftest import cpu_op, kernel, run_cli, runtime, write_trace
+
+
+def _analyze(*paths: Path) -> dict:
+    r = run_cli("ingest", *paths, "--json", "-q")
+    assert r.code == 0, r.err
+    a = run_cli("analyze", "--json")
+    assert a.code == 0, a.err
+    return a.json()
+
+
+def _linked_trace() -> list[dict]:
+    return [
+        cpu_op("aten::linear", 100.0, 50.0, ext=1, dims=[[4, 8], [16, 8]], types=["float", "float"]),
+        cpu_op("aten::addmm", 105.0, 40.0, ext=2, dims=[[16], [4, 8], [8, 16]], types=["float", "float", "float"]),
+        runtime("cudaLaunchKernel", 110.0, 5.0, corr=10, ext=2),
+        kernel("ampere_sgemm_32x32", 200.0, 10.0, corr=10, **{"External id": 2}),
+        cpu_op("aten::relu", 160.0, 10.0, ext=3, dims=[[4, 16]], types=["float"]),
+        runtime("cudaLaunchKernel", 162.0, 2.0, corr=11, ext=3),
+        kernel("void at::native::vectorized_elementwise_kernel<4>", 215.0, 5.0, corr=11),
+    ]
+
+
+def test_kernels_link_to_launch_and_innermost_op(tmp_path, db) -> None:
+    doc = _analyze(write_trace(tmp_path / "t.json", _linked_trace()))
+    assert doc["time_us"] == {"compute": 15.0, "communication": 0.0, "memory": 0.0, "idle": 5.0}
+    ops = {o["name"]: o for o in doc["ops"]}
+    assert set(ops) == {"aten::addmm", "aten::relu"}  # aten::linear launched nothing itself
+    assert ops["aten::addmm"]["input_dims"] == [[16], [4, 8], [8, 16]]
+    assert ops["aten::addmm"]["input_types"] == ["float", "float", "float"]
+    assert ops["aten::addmm"]["kernel_us"] == 10.0 and ops["aten::relu"]["kernel_us"] == 5.0
+    rows = run_cli("sql", "SELECT name, launch_name, launch_ts_ns, correlation FROM kernels ORDER BY ts_ns", "--json").json()
+    assert [r["launch_name"] for r in rows] == ["cudaLaunchKernel", "cudaLaunchKernel"]
+    parents = run_cli("sql", "SELECT o.name, p.name AS parent FROM ops o LEFT JOIN ops p ON p.op_id = o.parent_op_id AND p.run_id = o.run_id ORDER BY o.ts_ns", "--json").json()
+    assert {r["name"]: r["parent"] for r in parents} == {"aten::linear": None, "aten::addmm": "aten::linear", "aten::relu": None}
+
+
+def test_relative_timestamps_with_base_time(tmp_path, db) -> None:
+    base = 1_735_632_360_000_000_000
+    events = [kernel("k", 4203669603018.125, 1.5, corr=1), kernel("k", 4203669603020.0, 0.25, corr=2)]
+    write_trace(tmp_path / "t.json", events, baseTimeNanoseconds=base)
+    doc = _analyze(tmp_path / "t.json")
+    assert doc["time_us"]["compute"] == pytest.approx(1.75)
+    assert doc["time_us"]["idle"] == pytest.approx(0.375)
+    ts = run_cli("sql", "SELECT ts_ns, dur_ns FROM kernels ORDER BY ts_ns", "--json").json()
+    assert ts[0] == {"ts_ns": base + 4203669603018125, "dur_ns": 1500}
+    assert ts[1]["dur_ns"] == 250
+
+
+def test_absolute_integer_timestamps_keep_nanosecond_exactness(tmp_path, db) -> None:
+    events = [kernel("k", 1694039969479080, 3, corr=1), kernel("k", 1694039969479090, 2, corr=2)]
+    doc = _analyze(write_trace(tmp_path / "t.json", events))
+    assert doc["time_us"]["idle"] == 7.0
+    ts = run_cli("sql", "SELECT ts_ns FROM kernels ORDER BY ts_ns", "--json").json()
+    assert ts[0]["ts_ns"] == 1694039969479080 * 1000
+
+
+def test_device_properties_as_dict_or_list(tmp_path, db) -> None:
+    props = {"id": 0, "name": "NVIDIA H100 80GB HBM3", "totalGlobalMem": 85520809984, "computeMajor": 9,
+             "computeMinor": 0, "warpSize": 32, "numSms": 132}
+    write_trace(tmp_path / "a.json", [kernel("k", 10.0, 1.0)], deviceProperties=[props])
+    write_trace(tmp_path / "b.json", [kernel("k", 10.0, 1.0)], deviceProperties={"0": props})
+    for f in ("a.json", "b.json"):
+        doc = _analyze(tmp_path / f)
+        (dev,) = doc["devices"]
+        assert dev["name"] == "NVIDIA H100 80GB HBM3" and dev["vendor"] == "nvidia"
+        assert dev["compute_capability"] == "9.0" and dev["num_sms"] == 132
+
+
+def test_legacy_capitalised_categories_and_lowercase_external_id(tmp_path, db) -> None:
+    events = [
+        {"ph": "X", "cat": "Operator", "name": "aten::mm", "pid": 9, "tid": 9, "ts": 100, "dur": 20,
+         "args": {"external id": 5, "Input Dims": [[2, 3], [3, 4]]}},
+        {"ph": "X", "cat": "Runtime", "name": "cudaLaunchKernel", "pid": 9, "tid": 9, "ts": 105, "dur": 3,
+         "args": {"correlation": 77, "external id": 5}},
+        {"ph": "X", "cat": "Kernel", "name": "gemm", "pid": 0, "tid": 7, "ts": 130, "dur": 4,
+         "args": {"device": 0, "stream": 7, "correlation": 77, "external id": 5}},
+        {"ph": "X", "cat": "Memcpy", "name": "Memcpy HtoD", "pid": 0, "tid": 7, "ts": 140, "dur": 2, "args": {}},
+    ]
+    doc = _analyze(write_trace(tmp_path / "t.json", events))
+    assert doc["time_us"]["compute"] == 4.0  # 'Memcpy' is not a GPU category (HTA agrees)
+    assert [o["name"] for o in doc["ops"]] == ["aten::mm"]
+
+
+def test_memcpy_memset_and_communication(tmp_path, db) -> None:
+    events = [
+        kernel("Memcpy HtoD (Pageable -> Device)", 0.0, 4.0, cat="gpu_memcpy", bytes=4096),
+        kernel("Memset (Device)", 5.0, 1.0, cat="gpu_memset"),
+        kernel("ncclDevKernel_AllReduce_Sum_bf16_RING_LL", 6.0, 10.0),
+        kernel("rcclGenericKernel", 16.0, 2.0),
+        kernel("hipMemcpyDtoD", 18.0, 1.0),
+        kernel("gemm", 19.0, 3.0),
+    ]
+    doc = _analyze(write_trace(tmp_path / "t.json", events))
+    assert doc["time_us"] == {"compute": 3.0, "communication": 12.0, "memory": 6.0, "idle": 1.0}
+
+
+def test_idle_is_per_device_over_merged_intervals(tmp_path, db) -> None:
+    events = [
+        kernel("a", 0.0, 10.0, device=0, stream=7), kernel("b", 2.0, 3.0, device=0, stream=8),
+        kernel("c", 15.0, 5.0, device=0, stream=7),  # gap 5 on device 0
+        kernel("d", 100.0, 1.0, device=1), kernel("e", 103.0, 1.0, device=1),  # gap 2 on device 1
+    ]
+    doc = _analyze(write_trace(tmp_path / "t.json", events))
+    assert doc["time_us"]["idle"] == 7.0
+    assert {d["key"]: d["idle_us"] for d in doc["per_device"]} == {"gpu0": 5.0, "gpu1": 2.0}
+
+
+def test_duplicate_keys_and_json_array_form(tmp_path, db) -> None:
+    text = ('[{"ph":"X","cat":"kernel","name":"k","pid":0,"tid":7,"ts":1,"dur":2,'
+            '"args":{"device":0,"device":0,"stream":7,"correlation":3}},'
+            '{"ph":"X","cat":"kernel","name":"k","pid":0,"tid":7,"ts":5,"dur":1,"args":{"device":0}}]')
+    (tmp_path / "arr.json").write_text(text)
+    doc = _analyze(tmp_path / "arr.json")
+    assert doc["time_us"]["compute"] == 3.0 and doc["time_us"]["idle"] == 2.0
+
+
+def test_malformed_events_are_skipped_and_counted(tmp_path, db) -> None:
+    events = [
+        kernel("good", 0.0, 1.0),
+        5,
+        "text",
+        {"ph": "X", "cat": "kernel", "name": "no-ts", "dur": 1},
+        {"ph": "X", "cat": "kernel", "name": "str-ts", "ts": "abc", "dur": 1},
+        {"ph": "X", "cat": "kernel", "name": "neg", "ts": 3, "dur": -1},
+        {"ph": "X", "cat": "kernel", "name": "nodur", "ts": 3},
+    ]
+    r = run_cli("ingest", write_trace(tmp_path / "t.json", events), "--json", "-q")
+    assert r.code == 0, r.err
+    sk = r.json()["skipped"]
+    assert sk["malformed"] == 6
+    assert sk["reasons"] == {"not an object": 2, "no numeric ts": 2, "negative dur": 1, "no numeric dur": 1}
+    text = run_cli("analyze").out
+    assert "Skipped malformed events" in text and "2 not an object" in text
+
+
+def test_trace_without_cpu_side(tmp_path, db) -> None:
+    doc = _analyze(write_trace(tmp_path / "t.json", [kernel("k", 0.0, 1.0), kernel("k", 2.0, 1.0)]))
+    assert doc["ops"] == [] and doc["counts"]["gpu_activities_without_op"] == 2
+    assert any("no CPU side" in n for n in doc["notes"])
+
+
+def test_non_gpu_accelerator_is_ingested_and_reported(tmp_path, db) -> None:
+    events = [
+        cpu_op("aten::mm", 0.0, 10.0, ext=1),
+        {"ph": "X", "cat": "mtia_runtime", "name": "mtiaLaunchKernel", "pid": 1, "tid": 1, "ts": 1.0, "dur": 1.0,
+         "args": {"correlation": 4}},
+        {"ph": "X", "cat": "mtia_ccp_events", "name": "job", "pid": 2, "tid": 2, "ts": 3.0, "dur": 5.0, "args": {}},
+    ]
+    r = run_cli("ingest", write_trace(tmp_path / "t.json", events), "--json", "-q")
+    assert r.code == 0, r.err
+    assert any("non-GPU accelerator" in n and "MTIA" in n for n in r.json()["notes"])
+    assert "non-GPU accelerator" in run_cli("analyze").out
+
+
+def test_several_files_and_directories_make_one_run(tmp_path, db) -> None:
+    d = tmp_path / "ranks"
+    (d / "sub").mkdir(parents=True)
+    for rank in range(2):
+        write_trace(d / "sub" / f"rank{rank}.pt.trace.json.gz", [kernel("k", 0.0, 2.0, device=rank),
+                                                                kernel("k", 4.0, 2.0, device=rank)],
+                    distributedInfo={"rank": rank})
+    (d / "notes.txt").write_text("not a trace")
+    r = run_cli("ingest", d, "--name", "tp2", "--json", "-q")
+    assert r.code == 0, r.err
+    assert len(r.json()["files"]) == 2 and r.json()["name"] == "tp2"
+    doc = run_cli("analyze", "tp2", "--json").json()
+    assert sorted(x["key"] for x in doc["devices"]) == ["rank0/gpu0", "rank1/gpu1"]
+    assert doc["time_us"]["compute"] == 8.0 and doc["time_us"]["idle"] == 4.0
+
+
+def test_profiler_steps_and_annotations_are_kept(tmp_path, db) -> None:
+    events = [
+        {"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#3", "pid": 1, "tid": 1, "ts": 0, "dur": 100},
+        {"ph": "X", "cat": "cpu_op", "name": "ProfilerStep#4", "pid": 1, "tid": 1, "ts": 100, "dur": 100},
+        {"ph": "X", "cat": "user_annotation", "name": "## forward ##", "pid": 1, "tid": 1, "ts": 5, "dur": 50},
+        {"ph": "X", "cat": "gpu_user_annotation", "name": "## forward ##", "pid": 0, "tid": 7, "ts": 9, "dur": 60,
+         "args": {"device": 0}},
+        kernel("k", 10.0, 5.0),
+    ]
+    _analyze(write_trace(tmp_path / "t.json", events))
+    rows = run_cli("sql", "SELECT kind, name, device_id FROM annotations ORDER BY ts_ns, kind", "--json").json()
+    assert [(r["kind"], r["name"]) for r in rows] == [
+        ("profiler_step", "ProfilerStep#3"), ("user_annotation", "## forward ##"),
+        ("gpu_user_annotation", "## forward ##"), ("profiler_step", "ProfilerStep#4")]
+    assert rows[2]["device_id"] == 0
+
+
+def test_hip_runtime_names_and_amd_device(tmp_path, db) -> None:
+    events = [
+        cpu_op("aten::addmm", 0.0, 20.0, ext=7, dims=[[64], [32, 128], [128, 64]]),
+        {"ph": "X", "cat": "cuda_runtime", "name": "hipExtModuleLaunchKernel", "pid": 100, "tid": 100, "ts": 5.0,
+         "dur": 2.0, "args": {"External id": 7, "correlation": 9, "kernel": "Cijk_Alik_Bljk_SB", "stream": "0x0"}},
+        {"ph": "X", "cat": "kernel", "name": "Cijk_Alik_Bljk_SB", "pid": 2, "tid": 0, "ts": 30.0, "dur": 4.0,
+         "args": {"External id": 7, "device": 2, "stream": 0, "correlation": 9, "kind": "Dispatch Kernel"}},
+    ]
+    write_trace(tmp_path / "t.json", events, deviceProperties=[{"id": 0, "name": "AMD Radeon Graphics", "warpSize": 64,
+                                                                 "computeMajor": 9, "computeMinor": 4, "numSms": 304}])
+    doc = _analyze(tmp_path / "t.json")
+    (dev,) = doc["devices"]
+    assert dev["vendor"] == "amd" and dev["num_sms"] == 304 and dev["key"] == "gpu2"
+    assert doc["ops"][0]["name"] == "aten::addmm" and doc["ops"][0]["kernel_us"] == 4.0
+
+
+def test_streaming_handles_a_trace_bigger_than_the_chunk(tmp_path, db, monkeypatch) -> None:
+    import gpuscope.trace as trace
+
+    monkeypatch.setattr(trace, "CHUNK_BYTES", 4096)
+    monkeypatch.setattr(trace, "TAIL_WINDOW_BYTES", 8192)
+    events = [kernel(f"k{i % 7}", float(i * 10), 5.0, corr=i) for i in range(3000)]
+    path = write_trace(tmp_path / "big.json.gz", events, deviceProperties=[{"id": 0, "name": "NVIDIA A100"}],
+                       baseTimeNanoseconds=1_700_000_000_000_000_000)
+    doc = _analyze(path)
+    assert doc["counts"]["gpu_activities"] == 3000
+    assert doc["time_us"]["compute"] == pytest.approx(15000.0)
+    assert doc["time_us"]["idle"] == pytest.approx(5.0 * 2999)
+    assert doc["devices"][0]["name"] == "NVIDIA A100"
+
+
+def test_cpu_fixture_of_the_example_workload(db) -> None:
+    from conftest import FIXTURES
+
+    doc = _analyze(FIXTURES / "traces" / "cpu_tiny_llm.pt.trace.json.gz")
+    assert doc["gpu_activity"] is False
+    mm = [o for o in doc["ops"] if o["name"] == "aten::mm"]
+    assert mm and all(len(o["input_dims"]) == 2 for o in mm)
+    assert any(o["name"].startswith("aten::_scaled_dot_product") for o in doc["ops"])
+    steps = run_cli("sql", "SELECT count(*) AS n FROM annotations WHERE kind = 'profiler_step'", "--json").json()
+    assert steps[0]["n"] == 4
