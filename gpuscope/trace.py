@@ -39,7 +39,8 @@ if TYPE_CHECKING:  # pragma: no cover
 
 CHUNK_BYTES = 1 << 20
 HEAD_LIMIT_BYTES = 64 << 20
-TAIL_WINDOW_BYTES = 8 << 20
+#: How much of a trace's end is searched for the close of ``traceEvents`` (and the keys after).
+TAIL_WINDOWS = (1 << 20, 64 << 20)
 TRACE_SUFFIXES = (".json", ".json.gz")
 #: Nesting deeper than this is refused as bad input rather than parsed.
 MAX_NESTING = 512
@@ -260,6 +261,29 @@ def _find_events_end(tail: bytes, source: str) -> tuple[int, dict[str, Any]]:
     return len(text[: best[0]].encode("utf-8", "surrogateescape")), best[1]
 
 
+def _events_end(out: Any, size: int, form: str, header: dict[str, Any], source: str) -> int:
+    """Byte offset just past the events array in the spool file ``out`` (``size`` bytes long),
+    found by reading its end back from disk; the keys after the array go into ``header``."""
+    for window in TAIL_WINDOWS:
+        start = max(0, size - window)
+        out.seek(start)
+        tail = out.read(size - start)
+        if form == "array":
+            stripped = tail.rstrip()
+            if not stripped.endswith(b"]"):
+                raise InputError(source, "truncated or malformed JSON (the event array has no closing ']')")
+            return start + len(stripped)
+        try:
+            pos, rest = _find_events_end(tail, source)
+        except InputError:
+            if start == 0:
+                raise
+            continue
+        header.update(rest)
+        return start + pos + 1
+    raise InputError(source, "truncated or malformed JSON (cannot find the end of the 'traceEvents' array)")
+
+
 def spool_events(path: Path, spool_dir: Path) -> SpooledTrace:
     """Stream ``path`` once and write the JSON text of its events array to a file in
     ``spool_dir``. Memory stays within a few MiB whatever the size of the trace."""
@@ -281,29 +305,16 @@ def spool_events(path: Path, spool_dir: Path) -> SpooledTrace:
         fd, spool_name = tempfile.mkstemp(prefix="events-", suffix=".json", dir=spool_dir)
         spool = Path(spool_name)
         written = 0
-        tail = bytearray()
-        with os.fdopen(fd, "wb") as out:
+        with os.fdopen(fd, "w+b") as out:
             data = bytes(head[start_byte:])
-            del head
+            del head, text
             while data:
                 if b"[[[[[[[[[[[[[[[[" in data and _DEEP_RE.search(data):
                     raise InputError(source, f"JSON nested more than {MAX_NESTING} levels deep")
                 out.write(data)
                 written += len(data)
-                tail += data
-                if len(tail) > 2 * TAIL_WINDOW_BYTES:
-                    del tail[: len(tail) - TAIL_WINDOW_BYTES]
                 data = inp.read(CHUNK_BYTES)
-            tail_start = written - len(tail)
-            if form == "array":
-                stripped = bytes(tail).rstrip()
-                if not stripped.endswith(b"]"):
-                    raise InputError(source, "truncated or malformed JSON (the event array has no closing ']')")
-                end = tail_start + len(stripped)
-            else:
-                pos, rest = _find_events_end(bytes(tail), source)
-                header.update(rest)
-                end = tail_start + pos + 1
+            end = _events_end(out, written, form, header, source)
             out.truncate(end)
         json_bytes = start_byte + written
     finally:
@@ -407,7 +418,7 @@ def _typed_source(spool: Path) -> str:
             sel.append(f"NULL AS {name}")
     return (
         f"SELECT 'OBJECT' AS jtype, {', '.join(sel)} FROM read_json({_sql_str(str(spool))}, format='array', "
-        f"columns={{{', '.join(cols)}}}, maximum_object_size=268435456)"
+        f"columns={{{', '.join(cols)}}}, maximum_object_size=16777216)"
     )
 
 
@@ -424,7 +435,7 @@ def _lenient_source(spool: Path) -> str:
     sel = ", ".join(f"v[{i + 1}] AS {name}" for i, name in enumerate(_FIELD_NAMES))
     return (
         f"SELECT json_type(json) AS jtype, {sel} FROM (SELECT json, json_extract_string(json, {plist}) AS v "
-        f"FROM read_json_objects({_sql_str(str(spool))}, format='array', maximum_object_size=268435456))"
+        f"FROM read_json_objects({_sql_str(str(spool))}, format='array', maximum_object_size=16777216))"
     )
 
 

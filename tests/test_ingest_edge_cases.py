@@ -215,7 +215,7 @@ def test_streaming_handles_a_trace_bigger_than_the_chunk(tmp_path, db, monkeypat
     import gpuscope.trace as trace
 
     monkeypatch.setattr(trace, "CHUNK_BYTES", 4096)
-    monkeypatch.setattr(trace, "TAIL_WINDOW_BYTES", 8192)
+    monkeypatch.setattr(trace, "TAIL_WINDOWS", (64, 8192, 1 << 20))
     events = [kernel(f"k{i % 7}", float(i * 10), 5.0, corr=i) for i in range(3000)]
     path = write_trace(tmp_path / "big.json.gz", events, deviceProperties=[{"id": 0, "name": "NVIDIA A100"}],
                        baseTimeNanoseconds=1_700_000_000_000_000_000)
