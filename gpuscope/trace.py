@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .errors import InputError
+from .errors import GpuscopeError, InputError
 
 if TYPE_CHECKING:  # pragma: no cover
     import duckdb
@@ -509,11 +509,16 @@ def load_trace(con: duckdb.DuckDBPyConnection, trace_id: int, spooled: SpooledTr
     import duckdb
 
     before = con.execute("SELECT count(*) FROM ev").fetchone()[0]
+    resource_errors = (duckdb.OutOfMemoryException, duckdb.IOException, duckdb.InterruptException)
     try:
         con.execute(_insert_sql(trace_id, base_ns, _typed_source(spooled.spool)))
+    except resource_errors as exc:
+        raise GpuscopeError(f"{spooled.source}: {str(exc).splitlines()[0]}") from None
     except duckdb.Error:
         try:
             con.execute(_insert_sql(trace_id, base_ns, _lenient_source(spooled.spool)))
+        except resource_errors as exc:
+            raise GpuscopeError(f"{spooled.source}: {str(exc).splitlines()[0]}") from None
         except duckdb.Error as exc:
             msg = str(exc).splitlines()[0]
             msg = re.sub(r"^[A-Za-z ]*Error: ", "", msg)
