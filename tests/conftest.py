@@ -5,7 +5,6 @@ import gzip
 import hashlib
 import io
 import json
-import os
 from contextlib import redirect_stderr, redirect_stdout
 from dataclasses import dataclass
 from pathlib import Path

@@ -1,8 +1,6 @@
 """Small hand-written traces, one per shape real profilers write (design.md §6)."""
 from __future__ import annotations
 
-import gzip
-import json
 from pathlib import Path
 
 import pytest
