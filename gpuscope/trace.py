@@ -355,32 +355,31 @@ def expand_paths(paths: Iterable[str | Path]) -> list[Path]:
 # Step 2: DuckDB parses the events array into a staging table
 # --------------------------------------------------------------------------------------------
 
-# (column, key in the event or in its args, SQL conversion of the extracted text `x`)
+# (column, key in the event or in its args, SQL conversion of the extracted text `{x}`)
 _FIELDS: tuple[tuple[str, str, str], ...] = (
-    ("ph", "ph", "x"),
-    ("cat", "cat", "x"),
-    ("name", "name", "x"),
-    ("ts_us", "ts", "TRY_CAST(x AS DOUBLE)"),
-    ("dur_us", "dur", "TRY_CAST(x AS DOUBLE)"),
-    ("pid", "pid", "x"),
-    ("tid", "tid", "x"),
-    ("ext_a", "args.External id", "TRY_CAST(x AS BIGINT)"),
-    ("ext_b", "args.external id", "TRY_CAST(x AS BIGINT)"),
-    ("correlation", "args.correlation", "TRY_CAST(x AS BIGINT)"),
-    ("device", "args.device", "x"),
-    ("stream", "args.stream", "TRY_CAST(x AS BIGINT)"),
-    ("grid", "args.grid", "TRY_CAST(x AS INTEGER[])"),
-    ("block", "args.block", "TRY_CAST(x AS INTEGER[])"),
-    ("registers", "args.registers per thread", "TRY_CAST(x AS INTEGER)"),
-    ("shared_memory", "args.shared memory", "TRY_CAST(x AS BIGINT)"),
-    ("occupancy_pct", "args.est. achieved occupancy %", "TRY_CAST(x AS DOUBLE)"),
-    ("bytes", "args.bytes", "TRY_CAST(x AS BIGINT)"),
-    ("input_dims", "args.Input Dims", "x"),
-    ("input_types", "args.Input type", "x"),
-    ("input_strides", "args.Input Strides", "x"),
-    ("concrete_inputs", "args.Concrete Inputs", "x"),
-    ("sequence_number", "args.Sequence number", "TRY_CAST(x AS BIGINT)"),
-    ("launch_kernel", "args.kernel", "x"),
+    ("ph", "ph", "{x}"),
+    ("cat", "cat", "{x}"),
+    ("name", "name", "{x}"),
+    ("ts_us", "ts", "TRY_CAST({x} AS DOUBLE)"),
+    ("dur_us", "dur", "TRY_CAST({x} AS DOUBLE)"),
+    ("pid", "pid", "{x}"),
+    ("tid", "tid", "{x}"),
+    ("ext_a", "args.External id", "TRY_CAST({x} AS BIGINT)"),
+    ("ext_b", "args.external id", "TRY_CAST({x} AS BIGINT)"),
+    ("correlation", "args.correlation", "TRY_CAST({x} AS BIGINT)"),
+    ("device", "args.device", "{x}"),
+    ("stream", "args.stream", "TRY_CAST({x} AS BIGINT)"),
+    ("grid", "args.grid", "TRY_CAST({x} AS INTEGER[])"),
+    ("block", "args.block", "TRY_CAST({x} AS INTEGER[])"),
+    ("registers", "args.registers per thread", "TRY_CAST({x} AS INTEGER)"),
+    ("shared_memory", "args.shared memory", "TRY_CAST({x} AS BIGINT)"),
+    ("occupancy_pct", "args.est. achieved occupancy %", "TRY_CAST({x} AS DOUBLE)"),
+    ("bytes", "args.bytes", "TRY_CAST({x} AS BIGINT)"),
+    ("input_dims", "args.Input Dims", "{x}"),
+    ("input_types", "args.Input type", "{x}"),
+    ("input_strides", "args.Input Strides", "{x}"),
+    ("concrete_inputs", "args.Concrete Inputs", "{x}"),
+    ("sequence_number", "args.Sequence number", "TRY_CAST({x} AS BIGINT)"),
 )
 _FIELD_NAMES = tuple(f[0] for f in _FIELDS)
 _NUMERIC_TOP = ("ts", "dur")
@@ -457,7 +456,7 @@ def _insert_sql(trace_id: int, base_ns: int, source: str) -> str:
     gpu = ", ".join(_sql_str(c) for c in GPU_CATEGORIES)
     ops = ", ".join(_sql_str(c) for c in OP_CATEGORIES)
     ann = ", ".join(_sql_str(c) for c in ANNOTATION_CATEGORIES)
-    conv = ", ".join(c.replace("x", name) + f" AS {name}" for name, _, c in _FIELDS if name not in ("ts_us", "dur_us"))
+    conv = ", ".join(c.format(x=name) + f" AS {name}" for name, _, c in _FIELDS if name not in ("ts_us", "dur_us"))
     return f"""
 INSERT INTO ev
 SELECT {trace_id} AS trace_id, cls, {', '.join(n for n in _FIELD_NAMES if n not in ('ts_us', 'dur_us'))},
@@ -491,7 +490,7 @@ _EV_DDL = (
     "pid VARCHAR, tid VARCHAR, ext_a BIGINT, ext_b BIGINT, correlation BIGINT, "
     "device VARCHAR, stream BIGINT, grid INTEGER[], block INTEGER[], registers INTEGER, shared_memory BIGINT, "
     "occupancy_pct DOUBLE, bytes BIGINT, input_dims VARCHAR, input_types VARCHAR, input_strides VARCHAR, "
-    "concrete_inputs VARCHAR, sequence_number BIGINT, launch_kernel VARCHAR, ts_us DOUBLE, ts_ns BIGINT, dur_ns BIGINT)"
+    "concrete_inputs VARCHAR, sequence_number BIGINT, ts_us DOUBLE, ts_ns BIGINT, dur_ns BIGINT)"
 )
 
 
@@ -624,7 +623,7 @@ FROM ev e
 WHERE e.cls = 'gpu';
 
 CREATE TEMP TABLE rt AS
-SELECT trace_id, correlation, name, ts_ns, dur_ns, coalesce(ext_a, ext_b) AS ext_id, pid, tid, launch_kernel
+SELECT trace_id, correlation, name, ts_ns, dur_ns, coalesce(ext_a, ext_b) AS ext_id, pid, tid
 FROM ev WHERE cls = 'runtime' AND correlation IS NOT NULL
   AND (trace_id, correlation) IN (SELECT trace_id, correlation FROM gpu WHERE correlation IS NOT NULL)
 QUALIFY row_number() OVER (PARTITION BY trace_id, correlation ORDER BY ts_ns) = 1;
@@ -813,23 +812,18 @@ def _counts(con: duckdb.DuckDBPyConnection) -> dict[str, Any]:
     ignored: dict[str, int] = {}
     accel: dict[str, int] = {}
     for cls, cat, ph, n in con.execute(
-        "SELECT cls, cat, ph, count(*) FROM ev WHERE cls LIKE 'malformed:%' OR cls = 'ignored' GROUP BY ALL"
+        "SELECT cls, cat, ph, count(*) FROM ev WHERE cls NOT IN ('gpu', 'op', 'annotation') GROUP BY ALL"
     ).fetchall():
         if cls.startswith("malformed:"):
             reason = cls.split(":", 1)[1]
             skipped[reason] = skipped.get(reason, 0) + n
-        else:
+            continue
+        if cls == "ignored":
             label = cat if cat is not None else f"ph={ph}" if ph is not None else "no category"
             ignored[label] = ignored.get(label, 0) + n
-            for prefix, pretty in ACCELERATOR_PREFIXES.items():
-                if cat and cat.lower().startswith(prefix):
-                    accel[pretty] = accel.get(pretty, 0) + n
-    for cat, n in con.execute(
-        "SELECT cat, count(*) FROM ev WHERE cls = 'runtime' GROUP BY ALL"
-    ).fetchall():
-        for prefix, pretty in ACCELERATOR_PREFIXES.items():
-            if cat and cat.lower().startswith(prefix):
-                accel[pretty] = accel.get(pretty, 0) + n
+        pretty = next((v for k, v in ACCELERATOR_PREFIXES.items() if cat and cat.lower().startswith(k)), None)
+        if pretty:
+            accel[pretty] = accel.get(pretty, 0) + n
     hip, cuda = con.execute(
         "SELECT count(*) FILTER (WHERE name LIKE 'hip%'), count(*) FILTER (WHERE name LIKE 'cu%') FROM ev WHERE cls = 'runtime'"
     ).fetchone()
