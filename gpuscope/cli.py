@@ -7,6 +7,7 @@ working, 2 unusable input or arguments (one line on stderr naming the input and 
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import os
 import sys
@@ -196,7 +197,20 @@ def build_parser() -> argparse.ArgumentParser:
                                    "FROM kernels GROUP BY name ORDER BY us DESC LIMIT 5\"")
     s.add_argument("query", metavar="QUERY")
     s.set_defaults(func=cmd_sql)
+
+    # Commands that live in their own modules (gpuscope/cmd_*.py). Each module imports only the
+    # standard library at top level and defines HELP, DESCRIPTION, NEEDS_DB, REPORTS,
+    # add_arguments(parser) and run(args) -> exit code.
+    for name in _MODULE_COMMANDS:
+        mod = importlib.import_module(f"gpuscope.cmd_{name}")
+        parents = ([common] if mod.NEEDS_DB else []) + ([reporting] if mod.REPORTS else [])
+        s = sub.add_parser(name, parents=parents, help=mod.HELP, description=mod.DESCRIPTION)
+        mod.add_arguments(s)
+        s.set_defaults(func=mod.run)
     return p
+
+
+_MODULE_COMMANDS = ("compare", "specs", "ceiling", "calibrate")
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -26,7 +26,7 @@ from .metrics import METRICS
 if TYPE_CHECKING:  # pragma: no cover
     import duckdb
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 #: Block size of new store files. DuckDB's default (256 KiB) makes even an empty store 0.8 MB;
 #: 64 KiB blocks keep small runs small at no measurable cost in speed.
 STORE_BLOCK_SIZE = 65536
@@ -157,7 +157,48 @@ def _migration_0_to_1(con: duckdb.DuckDBPyConnection) -> None:
     con.execute(_samples_ddl())
 
 
-MIGRATIONS = (_migration_0_to_1,)
+def _migration_1_to_2(con: duckdb.DuckDBPyConnection) -> None:
+    # Kernels replayed from a CUDA/HIP graph are attributed to the op that captured them; the
+    # column says how each kernel got its op ('launch': its own launch's op; 'graph_capture':
+    # matched to a captured launch; NULL: no op).
+    con.execute("ALTER TABLE kernels ADD COLUMN attribution VARCHAR")
+    # Launches recorded while a CUDA/HIP graph was being captured: they ran no kernel then, so
+    # they are kept here to map the graph's replayed kernels back to the ops that captured them.
+    con.execute(
+        """CREATE TABLE graph_launches (
+  run_id BIGINT NOT NULL,
+  trace_id INTEGER NOT NULL,
+  seq INTEGER NOT NULL,
+  kernel_name VARCHAR,
+  launch_name VARCHAR,
+  ts_ns BIGINT NOT NULL,
+  correlation BIGINT,
+  op_id BIGINT,
+  grid INTEGER[],
+  block INTEGER[]
+)"""
+    )
+    # Measured ("achievable") ceilings from `gpuscope calibrate`, per device and dtype.
+    con.execute(
+        """CREATE TABLE ceilings (
+  id BIGINT NOT NULL,
+  measured_ns BIGINT NOT NULL,
+  host VARCHAR,
+  device_name VARCHAR,
+  device_uuid VARCHAR,
+  spec_key VARCHAR,
+  backend VARCHAR NOT NULL,
+  metric VARCHAR NOT NULL,
+  dtype VARCHAR,
+  value DOUBLE NOT NULL,
+  unit VARCHAR NOT NULL,
+  method VARCHAR,
+  info VARCHAR
+)"""
+    )
+
+
+MIGRATIONS = (_migration_0_to_1, _migration_1_to_2)
 assert len(MIGRATIONS) == SCHEMA_VERSION
 
 

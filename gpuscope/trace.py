@@ -687,7 +687,9 @@ SELECT g.trace_id, g.dev_label, g.device_index, g.stream, g.kind,
        coalesce(l.op_id, CASE WHEN r.correlation IS NULL THEN o.op_id END) AS op_id,
        r.name AS launch_name, r.ts_ns AS launch_ts_ns, r.dur_ns AS launch_dur_ns,
        g.grid, g.block, g.registers AS registers_per_thread, g.shared_memory AS shared_memory_bytes,
-       g.occupancy_pct / 100.0 AS occupancy, g.bytes
+       g.occupancy_pct / 100.0 AS occupancy, g.bytes,
+       CASE WHEN coalesce(l.op_id, CASE WHEN r.correlation IS NULL THEN o.op_id END) IS NOT NULL
+            THEN 'launch' END AS attribution
 FROM gpu g
 LEFT JOIN rt r ON r.trace_id = g.trace_id AND r.correlation = g.correlation
 LEFT JOIN rt_link l ON l.trace_id = g.trace_id AND l.correlation = g.correlation
@@ -998,7 +1000,8 @@ def _write_rows(
         f"""INSERT INTO kernels
         SELECT {run_id}, k.trace_id, m.device_id, k.stream, k.kind, k.category, k.name, k.ts_ns, k.dur_ns,
                k.correlation, k.external_id, k.op_id, k.launch_name, k.launch_ts_ns, k.launch_dur_ns,
-               k.grid, k.block, k.registers_per_thread, k.shared_memory_bytes, k.occupancy, k.bytes
+               k.grid, k.block, k.registers_per_thread, k.shared_memory_bytes, k.occupancy, k.bytes,
+               k.attribution
         FROM temp.kernel_stage k JOIN temp.dev_map m ON m.trace_id = k.trace_id AND m.dev_label = k.dev_label
         ORDER BY m.device_id, k.ts_ns"""
     )
