@@ -162,6 +162,8 @@ def op_table(con: duckdb.DuckDBPyConnection, run_id: int, gpu: bool, limit: int 
     out = []
     for name, dims, types, count, kernel_us, cpu_us, kernels in con.execute(sql, params).fetchall():
         out.append({
+            "_dims_text": dims,
+            "_types_text": types,
             "name": name,
             "input_dims": _json_or_none(dims),
             "input_types": _json_or_none(types),
@@ -188,40 +190,94 @@ def device_list(con: duckdb.DuckDBPyConnection, run_id: int) -> list[dict[str, A
     return [dict(zip(cols, r)) for r in rows]
 
 
-def analyze_run(con: duckdb.DuckDBPyConnection, run_id: int, top: int | None = None) -> dict[str, Any]:
+def _merge_kernels(kernels: list[dict[str, Any]], att: dict[str, Any] | None) -> None:
+    for k in kernels:
+        a = att["kernels"].get(k["name"]) if att and k["category"] == "compute" else None
+        if a is not None:
+            k.update(a)
+        elif k["category"] == "communication":
+            k.update(bound="unknown", confidence="none", family="communication",
+                     reason="communication kernel: not part of compute time")
+        elif k["category"] == "memory":
+            k.update(bound="memory_bound", confidence="none", family="memory",
+                     reason="memcpy / memset activity: not part of compute time")
+
+
+def _merge_ops(ops: list[dict[str, Any]], att: dict[str, Any] | None, gpu: bool) -> None:
+    from .costmodel import op_cost
+
+    for o in ops:
+        key = (o["name"], o.pop("_dims_text"), o.pop("_types_text"))
+        a = att["ops"].get(key) if att else None
+        if a is not None:
+            o.update(a)
+        elif not gpu:
+            try:
+                cost = op_cost(o["name"], o["input_dims"], o["input_types"], None)
+            except Exception:
+                cost = None
+            if cost is not None:
+                o.update(flops=cost.flops, bytes=cost.bytes, dtype=cost.dtype, model=cost.model, kind=cost.kind)
+            o.update(bound="unknown", confidence="none", reason="no GPU activity: nothing to judge against a GPU roof")
+
+
+def analyze_run(con: duckdb.DuckDBPyConnection, run_id: int, top: int | None = None, roof: str = "spec",
+                gpu: str | None = None, specs_path: str | None = None) -> dict[str, Any]:
     """The ``gpuscope.analysis/1`` document of ``run_id`` (design.md §4.2).
 
-    ``top`` limits the ``ops`` and ``kernels`` lists (None: all of them).
+    ``top`` limits the ``ops`` and ``kernels`` lists (None: all of them). ``roof`` is "spec"
+    (the spec-database peaks) or "measured" (the newest ``gpuscope calibrate`` of the same GPU
+    model, else the spec); ``gpu`` overrides GPU identification with a spec key or name;
+    ``specs_path`` is a user spec file (default ``$GPUSCOPE_SPECS``).
     """
+    from .advice import advise
+    from .attribution import ROOFLINE_RULES, attribute, device_roofs
+
     run = con.execute(
         "SELECT id, name, status, source, started_ns, ended_ns, info FROM runs WHERE id = ?", [run_id]
     ).fetchone()
     if run is None:
         raise KeyError(run_id)
     info = _json_or_none(run[6]) or {}
+    roofs = device_roofs(con, run_id, roof=roof, gpu=gpu, specs_path=specs_path)
     per_device = device_breakdowns(con, run_id)
     time_us = time_breakdown(per_device)
-    gpu = bool(per_device)
+    gpu_active = bool(per_device)
+    att = attribute(con, run_id, roofs) if gpu_active else None
     kernels = kernel_table(con, run_id, top)
-    ops = op_table(con, run_id, gpu, top)
+    _merge_kernels(kernels, att)
+    ops = op_table(con, run_id, gpu_active, top)
+    _merge_ops(ops, att, gpu_active)
+    roofline_us = att["roofline_us"] if att else {b: 0.0 for b in BOUNDS}
     counts = con.execute(
         "SELECT (SELECT count(*) FROM kernels WHERE run_id = $1), "
         "(SELECT count(*) FROM kernels WHERE run_id = $1 AND op_id IS NULL), "
         "(SELECT coalesce(sum(dur_ns), 0) FROM kernels WHERE run_id = $1 AND op_id IS NULL), "
         "(SELECT count(*) FROM ops WHERE run_id = $1), "
-        "(SELECT count(*) FROM annotations WHERE run_id = $1 AND kind = 'profiler_step')",
+        "(SELECT count(*) FROM annotations WHERE run_id = $1 AND kind = 'profiler_step'), "
+        "(SELECT count(*) FROM kernels WHERE run_id = $1 AND attribution = 'graph_capture'), "
+        "(SELECT count(*) FROM kernels WHERE run_id = $1 AND attribution IN ('graph_capture', 'graph_replay'))",
         [run_id],
     ).fetchone()
     ingest = info.get("ingest", {}) if isinstance(info, dict) else {}
-    return {
+    devices = device_list(con, run_id)
+    for d in devices:
+        r = roofs.get(d["device_id"])
+        if r is not None:
+            d["spec"] = r.roof.spec_key
+    doc = {
         "schema": SCHEMA,
         "run": {"id": int(run[0]), "name": run[1], "status": run[2], "source": run[3],
                 "started_ns": run[4], "ended_ns": run[5]},
-        "devices": device_list(con, run_id),
-        "gpu_activity": gpu,
+        "devices": devices,
+        "gpu_activity": gpu_active,
         "time_us": time_us,
-        "roofline_us": {"compute_bound": 0.0, "memory_bound": 0.0, "latency_bound": 0.0,
-                        "unknown": time_us["compute"]},
+        "roofline_us": roofline_us,
+        "roofline": {
+            "roof": roof,
+            "devices": [r.to_json() for r in roofs.values()],
+            "rules": ROOFLINE_RULES,
+        },
         "per_device": [
             {"key": d.key, "compute_us": d.compute_us, "communication_us": d.communication_us,
              "memory_us": d.memory_us, "idle_us": d.idle_us, "span_us": d.span_us, "busy_us": d.busy_us,
@@ -229,9 +285,12 @@ def analyze_run(con: duckdb.DuckDBPyConnection, run_id: int, top: int | None = N
             for d in per_device
         ],
         "counts": {"gpu_activities": counts[0], "gpu_activities_without_op": counts[1],
-                   "gpu_us_without_op": counts[2] / 1e3, "ops": counts[3], "profiler_steps": counts[4]},
+                   "gpu_us_without_op": counts[2] / 1e3, "ops": counts[3], "profiler_steps": counts[4],
+                   "graph_replayed_kernels": counts[6], "graph_kernels_mapped_to_ops": counts[5]},
         "ops": ops,
         "kernels": kernels,
         "skipped": ingest.get("skipped", {}),
         "notes": info.get("notes", []) if isinstance(info, dict) else [],
     }
+    doc["advice"] = advise(doc)
+    return doc

@@ -92,7 +92,7 @@ def cmd_analyze(args: argparse.Namespace) -> int:
     con = store.connect(db, read_only=True)
     try:
         run = store.resolve_run(con, ref, db)
-        doc = analyze_run(con, run.id)
+        doc = analyze_run(con, run.id, roof=args.roof, gpu=args.gpu, specs_path=args.specs)
     finally:
         con.close()
     if args.json:
@@ -185,6 +185,10 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("run", nargs="?", metavar="RUN", help="run id or name, or a trace path to ingest and analyze")
     s.add_argument("--top", type=int, default=15, help="rows in the text report's top lists (default 15)")
     s.add_argument("--name", help="run name when RUN is a trace path")
+    s.add_argument("--roof", choices=("spec", "measured"), default="spec",
+                   help="judge against the spec-sheet peaks (default) or the newest `gpuscope calibrate` of the same GPU")
+    s.add_argument("--gpu", metavar="KEY", help="the GPU to judge against (spec key or name), overriding identification")
+    s.add_argument("--specs", metavar="FILE", help="extra/overriding GPU spec entries (default: $GPUSCOPE_SPECS)")
     s.set_defaults(func=cmd_analyze)
 
     s = sub.add_parser("runs", parents=[common, reporting], help="list runs, newest first")
@@ -210,7 +214,7 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-_MODULE_COMMANDS = ("compare", "specs", "ceiling", "calibrate")
+_MODULE_COMMANDS = ("compare", "specs", "ceiling", "calibrate", "devices", "record")
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -1,20 +1,64 @@
-"""`gpuscope compare` (work in progress)."""
+"""`gpuscope compare RUN_A RUN_B`: two runs side by side, op by op (e.g. H100 vs MI300X)."""
 from __future__ import annotations
 
 import argparse
+import os
+import sys
+from pathlib import Path
+from typing import Any
 
-from .errors import GpuscopeError
-
-HELP = "compare (not implemented yet)"
-DESCRIPTION = HELP
+HELP = "two runs side by side, op by op (e.g. H100 vs MI300X)"
+DESCRIPTION = (
+    "Compare two runs: ops matched by name, input shapes and dtypes, with GPU time, bound class and percent of "
+    "roof on each side and the ratio B/A; totals; ops found on one side only; time by op name and by kernel "
+    "family. RUN is a run id or name; a trace file or directory is ingested first."
+)
 NEEDS_DB = True
 REPORTS = True
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Add this command's arguments to its sub-parser."""
+    parser.add_argument("run_a", metavar="RUN_A", help="the baseline run (id, name, or trace path)")
+    parser.add_argument("run_b", metavar="RUN_B", help="the run compared with it")
+    parser.add_argument("--top", type=int, default=15, help="rows per list in the text report (default 15)")
+    parser.add_argument("--roof", choices=("spec", "measured"), default="spec", help="roof to judge against")
+    parser.add_argument("--gpu-a", metavar="KEY", help="override the GPU of RUN_A (spec key or name)")
+    parser.add_argument("--gpu-b", metavar="KEY", help="override the GPU of RUN_B (spec key or name)")
+    parser.add_argument("--specs", metavar="FILE", help="extra/overriding GPU spec entries")
+
+
+def _resolve(db: Path, ref: str) -> str:
+    p = Path(ref)
+    if p.exists() and (os.sep in ref or ref.lower().endswith((".json", ".gz")) or p.is_dir()):
+        from . import trace
+
+        result = trace.ingest(db, [ref], progress=trace.stderr_progress(sys.stderr.isatty()))
+        return str(result.run_id)
+    return ref
 
 
 def run(args: argparse.Namespace) -> int:
     """Run the command; returns the exit code."""
-    raise GpuscopeError("not implemented yet")
+    from . import store
+    from .analyzers.breakdown import analyze_run
+    from .analyzers.compare import compare_docs
+    from .cli import _db, print_json
+    from .report import render_compare
+
+    db = _db(args)
+    ref_a, ref_b = _resolve(db, args.run_a), _resolve(db, args.run_b)
+    con = store.connect(db, read_only=True)
+    try:
+        ra = store.resolve_run(con, ref_a, db)
+        rb = store.resolve_run(con, ref_b, db)
+        doc_a = analyze_run(con, ra.id, roof=args.roof, gpu=args.gpu_a, specs_path=args.specs)
+        doc_b = analyze_run(con, rb.id, roof=args.roof, gpu=args.gpu_b, specs_path=args.specs)
+    finally:
+        con.close()
+    doc: dict[str, Any] = compare_docs(doc_a, doc_b)
+    if args.json:
+        print_json(doc)
+    else:
+        print(render_compare(doc, top=args.top))
+    return 0

@@ -59,6 +59,37 @@ def _width() -> int:
     return max(80, min(160, shutil.get_terminal_size((120, 24)).columns))
 
 
+BOUND_LABEL = {"compute_bound": "compute", "memory_bound": "memory", "latency_bound": "latency",
+               "unknown": "unknown", None: "-"}
+
+
+def fmt_rate(value: float | None, unit: str) -> str:
+    """A rate (FLOP/s, B/s) with an SI prefix."""
+    if value is None:
+        return "-"
+    for scale, prefix in ((1e15, "P"), (1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")):
+        if abs(value) >= scale:
+            return f"{value / scale:.1f} {prefix}{unit}"
+    return f"{value:.0f} {unit}"
+
+
+def _bound(item: dict[str, Any]) -> str:
+    label = BOUND_LABEL.get(item.get("bound"), str(item.get("bound")))
+    conf = item.get("confidence")
+    if conf == "family":
+        label += " (name)"
+    elif conf == "duration":
+        label += " (short)"
+    elif conf == "graph_capture":
+        label += " (graph)"
+    return label
+
+
+def _roof_pct(item: dict[str, Any]) -> str:
+    p = item.get("pct_of_roof")
+    return "-" if p is None else f"{100 * p:.0f}%"
+
+
 def _dims(d: Any) -> str:
     if d is None:
         return ""
@@ -91,6 +122,26 @@ def render_analysis(doc: dict[str, Any], top: int = 10) -> str:
             ("idle", fmt_us(t["idle"]), fmt_pct(t["idle"], total)),
         ]
         out.append(table(["category", "time", "share"], rows, "lrr"))
+        r = doc.get("roofline_us") or {}
+        if t["compute"] > 0:
+            out.append("")
+            out.append("Compute time by bound (roofline)")
+            out.append(table(
+                ["bound", "time", "share of compute"],
+                [(label, fmt_us(r.get(b, 0.0)), fmt_pct(r.get(b, 0.0), t["compute"]))
+                 for b, label in (("compute_bound", "compute-bound"), ("memory_bound", "memory-bound"),
+                                  ("latency_bound", "latency-bound"), ("unknown", "unknown"))],
+                "lrr",
+            ))
+            for d in (doc.get("roofline") or {}).get("devices", []):
+                if d.get("spec") is None:
+                    out.append(f"  {d['key']}: no roof ({d.get('note') or 'GPU not identified'})")
+                else:
+                    src = d.get("roof_source")
+                    via = d.get("identified_via")
+                    extra = "" if d.get("exact", True) else f"; inferred: {d.get('note')}"
+                    bw = fmt_rate(d.get("mem_bw_bytes_per_s"), "B/s")
+                    out.append(f"  {d['key']}: judged against {d['spec']} ({src} roof, {bw}; identified by {via}{extra})")
         if len(doc["per_device"]) > 1:
             out.append("")
             out.append(table(
@@ -103,34 +154,62 @@ def render_analysis(doc: dict[str, Any], top: int = 10) -> str:
         if ks:
             gpu_total = busy or 1.0
             out.append("")
-            out.append(f"Top {len(ks)} of {len(doc['kernels'])} kernels by GPU time")
-            name_w = max(30, w - 60)
+            out.append(f"Top {len(ks)} of {len(doc['kernels'])} kernels by GPU time "
+                       "(bound: (name) = from the kernel-name family, (short) = by duration, (graph) = via graph capture)")
+            name_w = max(30, w - 84)
             out.append(table(
-                ["kernel", "category", "calls", "total", "mean", "share"],
-                [(shorten(k["name"], name_w), k["category"], k["count"], fmt_us(k["total_us"]),
-                  fmt_us(k["mean_us"]), fmt_pct(k["total_us"], gpu_total)) for k in ks],
-                "llrrrr",
+                ["kernel", "family", "bound", "calls", "total", "mean", "share", "of roof", "headroom"],
+                [(shorten(k["name"], name_w), k.get("family") or k["category"], _bound(k), k["count"],
+                  fmt_us(k["total_us"]), fmt_us(k["mean_us"]), fmt_pct(k["total_us"], gpu_total), _roof_pct(k),
+                  fmt_us(k.get("saved_us"))) for k in ks],
+                "lllrrrrrr",
             ))
     ops = doc["ops"][:top]
     if ops:
         key = "GPU time" if doc["gpu_activity"] else "CPU time"
         out.append("")
         out.append(f"Top {len(ops)} of {len(doc['ops'])} ops by {key} (op, input shapes, dtypes)")
-        name_w = 34
-        shape_w = max(20, w - name_w - 50)
-        out.append(table(
-            ["op", "input shapes", "dtypes", "calls", key.lower()],
-            [(shorten(o["name"], name_w), shorten(_dims(o["input_dims"]), shape_w),
-              shorten(_dims(o["input_types"]), 24), o["count"], fmt_us(o["kernel_us"])) for o in ops],
-            "lllrr",
-        ))
+        name_w = 30
+        if doc["gpu_activity"]:
+            shape_w = max(20, w - name_w - 96)
+            out.append(table(
+                ["op", "input shapes", "dtypes", "calls", key.lower(), "bound", "FLOP/s", "B/s", "of roof", "headroom"],
+                [(shorten(o["name"], name_w), shorten(_dims(o["input_dims"]), shape_w),
+                  shorten(_dims(o["input_types"]), 18), o["count"], fmt_us(o["kernel_us"]), _bound(o),
+                  fmt_rate(o.get("achieved_flops_per_s"), "FLOP/s") if o.get("flops") else "-",
+                  fmt_rate(o.get("achieved_bytes_per_s"), "B/s"), _roof_pct(o), fmt_us(o.get("saved_us")))
+                 for o in ops],
+                "lllrrlrrrr",
+            ))
+        else:
+            shape_w = max(20, w - name_w - 50)
+            out.append(table(
+                ["op", "input shapes", "dtypes", "calls", key.lower(), "FLOPs/call"],
+                [(shorten(o["name"], name_w), shorten(_dims(o["input_dims"]), shape_w),
+                  shorten(_dims(o["input_types"]), 24), o["count"], fmt_us(o["kernel_us"]),
+                  "-" if o.get("flops") is None else f"{o['flops']:.3g}") for o in ops],
+                "lllrrr",
+            ))
+    advice = doc.get("advice") or []
+    if advice:
+        out.append("")
+        out.append("Advice")
+        for a in advice:
+            out.append(f"  - {a['message']}")
     c = doc["counts"]
     if doc["gpu_activity"] and c["gpu_activities_without_op"]:
         out.append("")
         out.append(
             f"{c['gpu_activities_without_op']} of {c['gpu_activities']} GPU activities "
             f"({fmt_us(c['gpu_us_without_op'])}) have no CPU op in the trace (graph replays, "
-            "traces without a CPU side, or launches outside any op)."
+            "traces without a CPU side, or launches outside any op); their bound comes from duration and name."
+        )
+    if c.get("graph_replayed_kernels"):
+        out.append(
+            f"{c['graph_kernels_mapped_to_ops']} of {c['graph_replayed_kernels']} kernels replayed from CUDA/HIP "
+            "graphs were mapped to the ops that captured them"
+            + ("." if c['graph_kernels_mapped_to_ops'] else
+               " (no graph-capture trace in this run: ingest it together with the replay trace).")
         )
     skipped = doc.get("skipped") or {}
     if skipped:
@@ -183,3 +262,61 @@ def render_ingest(doc: dict[str, Any]) -> str:
 def render_rows(columns: Sequence[str], rows: Sequence[Sequence[Any]], max_width: int = 60) -> str:
     """A SQL result as a text table."""
     return table(list(columns), [[shorten(str(c), max_width) if c is not None else None for c in r] for r in rows])
+
+
+def _ratio(r: float | None) -> str:
+    return "-" if r is None else f"{r:.2f}x"
+
+
+def render_compare(doc: dict[str, Any], top: int = 15) -> str:
+    """The ``gpuscope compare`` text report."""
+    w = _width()
+    a, b = doc["a"], doc["b"]
+
+    def label(r: dict[str, Any]) -> str:
+        devs = ", ".join(sorted({d.get("spec") or d.get("name") or d["key"] for d in r["devices"]})) or "no GPU"
+        return f"run {r['id']} '{r['name']}' [{devs}]"
+
+    out = [f"A: {label(a)}", f"B: {label(b)}", "", "Totals (ratio = B / A; above 1: B takes longer)"]
+    t = doc["totals"]
+    rows = [(k, fmt_us(t[k]["a"]), fmt_us(t[k]["b"]), _ratio(t[k]["ratio"]))
+            for k in ("gpu_us", "compute", "communication", "memory", "idle", "matched_ops_us")]
+    rows[0] = ("GPU busy",) + rows[0][1:]
+    rows[-1] = ("matched ops",) + rows[-1][1:]
+    out.append(table(["", "A", "B", "B/A"], rows, "lrrr"))
+    ra, rb = t["roofline_us"]["a"], t["roofline_us"]["b"]
+    out.append(table(["compute by bound", "A", "B"],
+                     [(BOUND_LABEL[k], fmt_us(ra.get(k)), fmt_us(rb.get(k))) for k in
+                      ("compute_bound", "memory_bound", "latency_bound", "unknown")], "lrr"))
+    m = doc["matched"][:top]
+    if m:
+        out.append("")
+        out.append(f"Matched ops, largest differences first ({len(doc['matched'])} matched by name, shapes and dtypes)")
+        name_w = 28
+        shape_w = max(16, w - 118)
+        out.append(table(
+            ["op", "input shapes", "A time", "A bound", "A roof", "B time", "B bound", "B roof", "B/A", "B-A"],
+            [(shorten(x["name"], name_w), shorten(_dims(x["input_dims"]), shape_w),
+              fmt_us(x["a"]["kernel_us"]), _bound(x["a"]), _roof_pct(x["a"]),
+              fmt_us(x["b"]["kernel_us"]), _bound(x["b"]), _roof_pct(x["b"]),
+              _ratio(x["ratio"]), fmt_us(x["delta_us"])) for x in m],
+            "llrlrrlrrr",
+        ))
+    for side, key in (("A", "only_a"), ("B", "only_b")):
+        rows_only = doc[key][:top]
+        if rows_only:
+            total = sum(r["kernel_us"] for r in doc[key])
+            out.append("")
+            out.append(f"Only in {side}: {len(doc[key])} op signatures, {fmt_us(total)}")
+            out.append(table(["op", "input shapes", "calls", "time", "bound"],
+                             [(shorten(r["name"], 36), shorten(_dims(r["input_dims"]), max(16, w - 80)), r["count"],
+                               fmt_us(r["kernel_us"]), BOUND_LABEL.get(r.get("bound"), "-")) for r in rows_only],
+                             "llrrl"))
+    fam = doc["by_family"][:top]
+    if fam:
+        out.append("")
+        out.append("GPU time by kernel family (where each side spends its time)")
+        out.append(table(["family", "A", "B", "B/A", "B-A"],
+                         [(f["family"], fmt_us(f["a_us"]), fmt_us(f["b_us"]), _ratio(f["ratio"]), fmt_us(f["delta_us"]))
+                          for f in fam], "lrrrr"))
+    return "\n".join(out)

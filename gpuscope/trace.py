@@ -27,7 +27,7 @@ import shutil
 import sys
 import tempfile
 import zlib
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -380,6 +380,7 @@ _FIELDS: tuple[tuple[str, str, str], ...] = (
     ("input_strides", "args.Input Strides", "{x}"),
     ("concrete_inputs", "args.Concrete Inputs", "{x}"),
     ("sequence_number", "args.Sequence number", "TRY_CAST({x} AS BIGINT)"),
+    ("launch_kernel", "args.kernel", "{x}"),
 )
 _FIELD_NAMES = tuple(f[0] for f in _FIELDS)
 _NUMERIC_TOP = ("ts", "dur")
@@ -490,7 +491,7 @@ _EV_DDL = (
     "pid VARCHAR, tid VARCHAR, ext_a BIGINT, ext_b BIGINT, correlation BIGINT, "
     "device VARCHAR, stream BIGINT, grid INTEGER[], block INTEGER[], registers INTEGER, shared_memory BIGINT, "
     "occupancy_pct DOUBLE, bytes BIGINT, input_dims VARCHAR, input_types VARCHAR, input_strides VARCHAR, "
-    "concrete_inputs VARCHAR, sequence_number BIGINT, ts_us DOUBLE, ts_ns BIGINT, dur_ns BIGINT)"
+    "concrete_inputs VARCHAR, sequence_number BIGINT, launch_kernel VARCHAR, ts_us DOUBLE, ts_ns BIGINT, dur_ns BIGINT)"
 )
 
 
@@ -628,6 +629,28 @@ FROM ev WHERE cls = 'runtime' AND correlation IS NOT NULL
   AND (trace_id, correlation) IN (SELECT trace_id, correlation FROM gpu WHERE correlation IS NOT NULL)
 QUALIFY row_number() OVER (PARTITION BY trace_id, correlation ORDER BY ts_ns) = 1;
 
+-- Kernel launches made while a CUDA/HIP graph was being captured: inside a
+-- *StreamBeginCapture .. *StreamEndCapture window of their process, naming their kernel
+-- (args.kernel), with no GPU activity of their own. Each window is one graph.
+CREATE TEMP TABLE capture_window AS
+SELECT trace_id, pid, ts_ns AS begin_ns,
+       lead(ts_ns) OVER (PARTITION BY trace_id, pid ORDER BY ts_ns) AS end_ns,
+       name LIKE '%EndCapture%' AS is_end,
+       lead(name LIKE '%EndCapture%') OVER (PARTITION BY trace_id, pid ORDER BY ts_ns) AS next_is_end
+FROM ev WHERE cls = 'runtime' AND (name LIKE '%StreamBeginCapture%' OR name LIKE '%StreamEndCapture%');
+
+CREATE TEMP TABLE captured AS
+SELECT e.trace_id, w.begin_ns AS graph_begin_ns, e.correlation, e.name AS launch_name,
+       e.launch_kernel AS kernel_name, e.ts_ns, e.dur_ns, coalesce(e.ext_a, e.ext_b) AS ext_id, e.pid, e.tid,
+       e.grid, e.block
+FROM ev e JOIN capture_window w
+  ON w.trace_id = e.trace_id AND w.pid = e.pid AND NOT w.is_end AND w.next_is_end
+ AND e.ts_ns BETWEEN w.begin_ns AND w.end_ns
+WHERE e.cls = 'runtime' AND e.launch_kernel IS NOT NULL AND e.correlation IS NOT NULL
+  AND (e.trace_id, e.correlation) NOT IN (SELECT trace_id, correlation FROM gpu WHERE correlation IS NOT NULL);
+
+INSERT INTO rt SELECT trace_id, correlation, launch_name, ts_ns, dur_ns, ext_id, pid, tid FROM captured;
+
 CREATE TEMP TABLE op_stage AS
 SELECT row_number() OVER (ORDER BY trace_id, ts_ns, dur_ns DESC) - 1 AS op_id,
        trace_id, pid, tid, name, ts_ns, dur_ns, coalesce(ext_a, ext_b) AS external_id, sequence_number,
@@ -684,11 +707,13 @@ SELECT g.trace_id, g.dev_label, g.device_index, g.stream, g.kind,
             WHEN regexp_matches(lower(coalesce(g.name, '')), '{comm}') THEN 'communication'
             ELSE 'compute' END AS category,
        g.name, g.ts_ns, g.dur_ns, g.correlation, coalesce(g.ext_id, r.ext_id) AS external_id,
-       coalesce(l.op_id, CASE WHEN r.correlation IS NULL THEN o.op_id END) AS op_id,
+       CASE WHEN r.name ILIKE '%GraphLaunch%' THEN NULL
+            ELSE coalesce(l.op_id, CASE WHEN r.correlation IS NULL THEN o.op_id END) END AS op_id,
        r.name AS launch_name, r.ts_ns AS launch_ts_ns, r.dur_ns AS launch_dur_ns,
        g.grid, g.block, g.registers AS registers_per_thread, g.shared_memory AS shared_memory_bytes,
        g.occupancy_pct / 100.0 AS occupancy, g.bytes,
-       CASE WHEN coalesce(l.op_id, CASE WHEN r.correlation IS NULL THEN o.op_id END) IS NOT NULL
+       CASE WHEN r.name ILIKE '%GraphLaunch%' THEN 'graph_replay'
+            WHEN coalesce(l.op_id, CASE WHEN r.correlation IS NULL THEN o.op_id END) IS NOT NULL
             THEN 'launch' END AS attribution
 FROM gpu g
 LEFT JOIN rt r ON r.trace_id = g.trace_id AND r.correlation = g.correlation
@@ -703,9 +728,17 @@ FROM op_depth c ASOF JOIN op_depth p
 WHERE c.depth > 0;
 
 -- Ops that launched GPU activity, and their ancestors.
+CREATE TEMP TABLE graph_stage AS
+SELECT c.trace_id, c.graph_begin_ns,
+       row_number() OVER (PARTITION BY c.trace_id, c.graph_begin_ns ORDER BY c.ts_ns, c.correlation) - 1 AS seq,
+       c.kernel_name, c.launch_name, c.ts_ns, c.correlation, l.op_id, c.grid, c.block
+FROM captured c LEFT JOIN rt_link l ON l.trace_id = c.trace_id AND l.correlation = c.correlation;
+
 CREATE TEMP TABLE op_launching AS
 WITH RECURSIVE anc(op_id) AS (
     SELECT DISTINCT op_id FROM kernel_stage WHERE op_id IS NOT NULL
+    UNION
+    SELECT DISTINCT op_id FROM graph_stage WHERE op_id IS NOT NULL
     UNION
     SELECT p.parent_op_id FROM anc JOIN op_parent p ON p.op_id = anc.op_id
 )
@@ -753,6 +786,8 @@ class IngestResult:
 def default_run_name(paths: Sequence[Path]) -> str:
     """A run name from the first input: its file name without trace suffixes."""
     name = paths[0].name
+    if len(paths) > 1 and all(p.parent == paths[0].parent for p in paths):
+        return paths[0].parent.name or name
     for suffix in (".gz", ".json", ".pt.trace", ".trace"):
         if name.endswith(suffix):
             name = name[: -len(suffix)]
@@ -769,26 +804,45 @@ def _staging_connection() -> duckdb.DuckDBPyConnection:
 
 
 def stage_traces(
-    paths: Sequence[Path], progress: Progress = _quiet
+    paths: Sequence[Path], progress: Progress = _quiet, optional: Collection[Path] = ()
 ) -> tuple[duckdb.DuckDBPyConnection, list[TraceInfo], dict[str, Any]]:
     """Spool, parse and link ``paths`` into staging tables of an in-memory DuckDB.
 
-    Returns the staging connection (tables ``kernel_stage``, ``op_stage``,
-    ``annotation_stage``), per-file information, and counts. Nothing touches the store.
+    Files in ``optional`` (found by scanning a directory) that turn out not to be traces are
+    skipped with a note instead of failing the ingest. Returns the staging connection (tables
+    ``kernel_stage``, ``op_stage``, ``annotation_stage``), per-file information, and counts.
+    Nothing touches the store.
     """
     con = _staging_connection()
     con.execute(_EV_DDL)
     infos: list[TraceInfo] = []
+    not_traces: list[str] = []
     spool_dir = Path(tempfile.mkdtemp(prefix="gpuscope-ingest-"))
     try:
-        for trace_id, path in enumerate(paths):
+        for path in paths:
+            trace_id = len(infos)
             progress(f"reading {path}")
-            spooled = spool_events(path, spool_dir)
+            try:
+                spooled = spool_events(path, spool_dir)
+            except InputError as exc:
+                if path in optional and len(paths) > 1:
+                    not_traces.append(f"{path.name} ({exc.message})")
+                    continue
+                raise
             base = _time_base(spooled.header)
             try:
                 n = load_trace(con, trace_id, spooled, base)
             finally:
                 spooled.spool.unlink(missing_ok=True)
+            if path in optional and len(paths) > 1:
+                usable = con.execute(
+                    "SELECT count(*) FROM ev WHERE trace_id = ? AND cls IN ('gpu', 'op', 'runtime', 'annotation')",
+                    [trace_id],
+                ).fetchone()[0]
+                if not usable:
+                    con.execute("DELETE FROM ev WHERE trace_id = ?", [trace_id])
+                    not_traces.append(f"{path.name} (no trace events)")
+                    continue
             relative = base > 0
             if not relative:
                 min_ts = con.execute(
@@ -805,8 +859,96 @@ def stage_traces(
     progress("linking kernels to launches and ops")
     con.execute(_BUILD_SQL.replace("{comm}", COMM_RE))
     counts = _counts(con)
-    con.execute("DROP TABLE ev; DROP TABLE gpu; DROP TABLE rt; DROP TABLE rt_link; DROP TABLE op_depth; DROP TABLE op_by_ext")
+    counts["not_traces"] = not_traces
+    counts["graph_replayed_kernels"], counts["graph_mapped_kernels"] = map_graph_replays(con)
+    con.execute("DROP TABLE ev; DROP TABLE gpu; DROP TABLE rt; DROP TABLE rt_link; DROP TABLE op_depth; DROP TABLE op_by_ext; "
+                "DROP TABLE captured; DROP TABLE capture_window")
     return con, infos, counts
+
+
+#: A replayed graph launch is mapped to a captured graph only when at least this share of its
+#: kernels align, by name and in order, with that graph's captured launches.
+GRAPH_MATCH_MIN = 0.8
+
+
+def _align(replay: Sequence[str], captured: Sequence[str]) -> list[int | None]:
+    """For each replayed kernel name, the index of the captured launch it matches: an in-order
+    (greedy subsequence) alignment by kernel name; None where no launch matches."""
+    out: list[int | None] = []
+    j = 0
+    for name in replay:
+        k = j
+        while k < len(captured) and captured[k] != name:
+            k += 1
+        if k < len(captured):
+            out.append(k)
+            j = k + 1
+        else:
+            out.append(None)
+    return out
+
+
+def map_graph_replays(con: duckdb.DuckDBPyConnection) -> tuple[int, int]:
+    """Attribute kernels replayed from CUDA/HIP graphs to the ops that captured them.
+
+    Each graph launch (one correlation id, many kernels) is aligned by kernel names, in order,
+    with every captured graph (``graph_stage``); the best graph with at least
+    :data:`GRAPH_MATCH_MIN` of the kernels aligned gives each kernel the op of its captured
+    launch (``attribution = 'graph_capture'``). Returns (replayed kernels, mapped kernels).
+    """
+    replay = con.execute(
+        "SELECT trace_id, correlation, ts_ns, name FROM kernel_stage WHERE attribution = 'graph_replay' "
+        "ORDER BY trace_id, correlation, ts_ns, name"
+    ).fetchall()
+    if not replay:
+        return 0, 0
+    graph_rows = con.execute(
+        "SELECT trace_id, graph_begin_ns, kernel_name, op_id FROM graph_stage ORDER BY trace_id, graph_begin_ns, seq"
+    ).fetchall()
+    graphs: dict[tuple[int, int], tuple[list[str], list[int | None]]] = {}
+    for trace_id, begin, kname, op_id in graph_rows:
+        names, ops = graphs.setdefault((trace_id, begin), ([], []))
+        names.append(kname)
+        ops.append(op_id)
+    if not graphs:
+        return len(replay), 0
+    cache: dict[tuple[str, ...], list[int | None]] = {}
+    cols: tuple[list[Any], ...] = ([], [], [], [], [])
+    i = 0
+    while i < len(replay):
+        j = i
+        while j < len(replay) and replay[j][:2] == replay[i][:2]:
+            j += 1
+        group = replay[i:j]
+        names = tuple(r[3] for r in group)
+        if names not in cache:
+            best: list[int | None] = [None] * len(names)
+            best_n = 0
+            for g_names, g_ops in graphs.values():
+                idx = _align(names, g_names)
+                n = sum(x is not None for x in idx)
+                if n > best_n:
+                    best_n, best = n, [g_ops[x] if x is not None else None for x in idx]
+            cache[names] = best if best_n >= GRAPH_MATCH_MIN * len(names) else [None] * len(names)
+        for row, op_id in zip(group, cache[names]):
+            if op_id is not None:
+                for col, v in zip(cols, (row[0], row[1], row[2], row[3], op_id)):
+                    col.append(v)
+        i = j
+    if not cols[0]:
+        return len(replay), 0
+    con.execute(
+        "CREATE TEMP TABLE graph_map AS SELECT unnest(?::INTEGER[]) AS trace_id, unnest(?::BIGINT[]) AS correlation, "
+        "unnest(?::BIGINT[]) AS ts_ns, unnest(?::VARCHAR[]) AS name, unnest(?::BIGINT[]) AS op_id",
+        list(cols),
+    )
+    con.execute(
+        "UPDATE kernel_stage k SET op_id = m.op_id, attribution = 'graph_capture' FROM graph_map m "
+        "WHERE k.trace_id = m.trace_id AND k.correlation = m.correlation AND k.ts_ns = m.ts_ns AND k.name = m.name "
+        "AND k.attribution = 'graph_replay'"
+    )
+    con.execute("DROP TABLE graph_map")
+    return len(replay), len(cols[0])
 
 
 def _counts(con: duckdb.DuckDBPyConnection) -> dict[str, Any]:
@@ -873,8 +1015,22 @@ def _device_rows(
             "num_sms": (props or {}).get("numSms"),
             "warp_size": (props or {}).get("warpSize"),
             "properties": json.dumps(props) if props else None,
+            "spec_key": _spec_key(props, kind),
         })
     return rows
+
+
+def _spec_key(props: dict[str, Any] | None, kind: str) -> str | None:
+    """The spec-database key of a trace device when its properties identify it exactly."""
+    if not props or kind != "gpu":
+        return None
+    try:
+        from .specs import load_specs
+
+        ident = load_specs().identify_trace_device(props)
+    except Exception:  # a user spec file that does not load must not stop an ingest
+        return None
+    return ident.spec.key if ident.spec is not None and ident.exact else None
 
 
 def ingest(
@@ -895,7 +1051,8 @@ def ingest(
     from . import store
 
     files = expand_paths(paths)
-    con, infos, counts = stage_traces(files, progress)
+    explicit = {Path(p) for p in paths}
+    con, infos, counts = stage_traces(files, progress, optional=[f for f in files if f not in explicit])
     try:
         total_events = sum(i.events for i in infos)
         gpu_rows, op_rows = con.execute(
@@ -990,10 +1147,11 @@ def _write_rows(
     if devices:
         con.executemany(
             "INSERT INTO devices (run_id, device_id, key, source, trace_id, device_index, vendor, kind, name, "
-            "memory_total_bytes, compute_capability, num_sms, warp_size, properties) "
-            "VALUES (?, ?, ?, 'trace', ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            "memory_total_bytes, compute_capability, num_sms, warp_size, properties, spec_key) "
+            "VALUES (?, ?, ?, 'trace', ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             [(run_id, d["device_id"], d["key"], d["trace_id"], d["device_index"], d["vendor"], d["kind"], d["name"],
-              d["memory_total_bytes"], d["compute_capability"], d["num_sms"], d["warp_size"], d["properties"])
+              d["memory_total_bytes"], d["compute_capability"], d["num_sms"], d["warp_size"], d["properties"],
+              d["spec_key"])
              for d in devices],
         )
     con.execute(
@@ -1014,6 +1172,11 @@ def _write_rows(
         ORDER BY op_id"""
     )
     con.execute(
+        f"""INSERT INTO graph_launches
+        SELECT {run_id}, trace_id, graph_begin_ns, seq, kernel_name, launch_name, ts_ns, correlation, op_id, grid, block
+        FROM temp.graph_stage ORDER BY trace_id, graph_begin_ns, seq"""
+    )
+    con.execute(
         f"""INSERT INTO annotations
         SELECT {run_id}, a.trace_id, a.kind, a.name, a.ts_ns, a.dur_ns, m.device_id, a.pid, a.tid, NULL
         FROM temp.annotation_stage a LEFT JOIN temp.dev_map m ON m.trace_id = a.trace_id AND m.dev_label = a.dev_label
@@ -1028,6 +1191,14 @@ def _notes(infos: list[TraceInfo], counts: dict[str, Any], gpu_rows: int, op_row
         notes.append(
             f"trace of a non-GPU accelerator: {kinds}; its events are ingested, but gpuscope models only "
             "NVIDIA and AMD GPUs"
+        )
+    if counts.get("not_traces"):
+        notes.append("skipped files that are not traces: " + ", ".join(counts["not_traces"]))
+    if counts.get("graph_replayed_kernels"):
+        mapped, replayed = counts["graph_mapped_kernels"], counts["graph_replayed_kernels"]
+        notes.append(
+            f"{mapped} of {replayed} kernels replayed from CUDA/HIP graphs were mapped to the ops that captured them"
+            + ("" if mapped else " (ingest the graph-capture trace in the same run to map them)")
         )
     if gpu_rows == 0:
         notes.append("no GPU activity in the trace (CPU-only): ops are reported with their CPU time")

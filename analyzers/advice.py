@@ -1,0 +1,102 @@
+"""Advice from an analysis document: short, concrete, only where the numbers make it clear.
+
+Each rule looks at the finished ``gpuscope.analysis/1`` document (never at the store) and
+returns items ``{kind, message, evidence}``. Thresholds are module constants so the docs and
+tests can name them.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+#: A finding must concern at least this share of the compute time to be worth saying.
+MIN_SHARE = 0.05
+#: Compute-bound GEMMs below this fraction of the roof are "far below" it.
+GEMM_FAR_BELOW = 0.5
+#: Memory-bound ops below this fraction of peak bandwidth are "far below" it.
+MEMORY_FAR_BELOW = 0.3
+#: Latency-bound kernels taking at least this share of compute time make a launch-bound run.
+LATENCY_SHARE = 0.3
+#: Idle time at least this share of the devices' span.
+IDLE_SHARE = 0.3
+
+
+def _pct(x: float) -> str:
+    return f"{100 * x:.0f}%"
+
+
+def advise(doc: dict[str, Any]) -> list[dict[str, Any]]:
+    """Advice items for an analysis document (empty when nothing is clear)."""
+    out: list[dict[str, Any]] = []
+    compute = float(doc["time_us"].get("compute") or 0.0)
+    if not doc.get("gpu_activity") or compute <= 0:
+        return out
+    vendors = {d.get("vendor") for d in doc.get("devices", [])}
+    roofs = doc.get("roofline", {}).get("devices", [])
+
+    unknown = [r["key"] for r in roofs if r.get("spec") is None]
+    if unknown and len(unknown) == len(roofs):
+        out.append({
+            "kind": "unknown_gpu",
+            "message": "The GPU is not in the spec database, so nothing is judged against a roof: pass "
+                       "--gpu KEY (see `gpuscope specs`) or add the GPU in a specs file ($GPUSCOPE_SPECS).",
+            "evidence": {"devices": unknown},
+        })
+
+    gemm_slow = [o for o in doc.get("ops", []) if o.get("kind") == "gemm" and o.get("bound") == "compute_bound"
+                 and o.get("pct_of_roof") is not None and o["pct_of_roof"] < GEMM_FAR_BELOW]
+    gemm_us = sum(o["kernel_us"] for o in gemm_slow)
+    if gemm_slow and gemm_us >= MIN_SHARE * compute:
+        worst = max(gemm_slow, key=lambda o: o.get("saved_us") or 0.0)
+        tip = "set PYTORCH_TUNABLEOP_ENABLED=1 (TunableOp picks the fastest GEMM per shape, on both vendors)"
+        if "amd" in vendors:
+            tip += "; on ROCm also tune hipBLASLt for these shapes (TunableOp with PYTORCH_TUNABLEOP_TUNING=1, " \
+                   "or hipblaslt-bench)"
+        out.append({
+            "kind": "gemm_below_roof",
+            "message": f"Compute-bound GEMMs run at {_pct(sum(o.get('roof_us') or 0 for o in gemm_slow) / gemm_us)} "
+                       f"of the roof and take {_pct(gemm_us / compute)} of compute time: {tip}. Largest: "
+                       f"{worst['name']} {worst.get('input_dims')} at {_pct(worst['pct_of_roof'])} of roof.",
+            "evidence": {"ops": len(gemm_slow), "kernel_us": gemm_us,
+                         "saved_us_at_roof": sum(o.get("saved_us") or 0.0 for o in gemm_slow)},
+        })
+
+    mem_slow = [o for o in doc.get("ops", []) if o.get("bound") == "memory_bound"
+                and o.get("pct_of_roof") is not None and o["pct_of_roof"] < MEMORY_FAR_BELOW]
+    mem_us = sum(o["kernel_us"] for o in mem_slow)
+    if mem_slow and mem_us >= MIN_SHARE * compute:
+        worst = max(mem_slow, key=lambda o: o.get("saved_us") or 0.0)
+        out.append({
+            "kind": "memory_below_bandwidth",
+            "message": f"Memory-bound ops reach under {_pct(MEMORY_FAR_BELOW)} of peak bandwidth and take "
+                       f"{_pct(mem_us / compute)} of compute time: fuse chains of elementwise/norm ops "
+                       f"(torch.compile, fused kernels), avoid dtype round trips and non-contiguous copies. "
+                       f"Largest: {worst['name']} {worst.get('input_dims')} at {_pct(worst['pct_of_roof'])} of roof.",
+            "evidence": {"ops": len(mem_slow), "kernel_us": mem_us,
+                         "saved_us_at_roof": sum(o.get("saved_us") or 0.0 for o in mem_slow)},
+        })
+
+    lat = float(doc.get("roofline_us", {}).get("latency_bound") or 0.0)
+    if lat >= LATENCY_SHARE * compute:
+        graphs = doc.get("counts", {}).get("graph_replayed_kernels", 0)
+        tip = ("capture the decode step in a CUDA/HIP graph (torch.compile mode='reduce-overhead', or vLLM's "
+               "default graph capture) and use larger batches so each kernel has more work")
+        if graphs:
+            tip = "kernels are already replayed from graphs: larger batches (more work per kernel) or fewer, fused kernels"
+        out.append({
+            "kind": "launch_bound",
+            "message": f"{_pct(lat / compute)} of compute time is in latency-bound kernels (too little work per "
+                       f"kernel to load the GPU): {tip}.",
+            "evidence": {"latency_bound_us": lat, "compute_us": compute},
+        })
+
+    span = sum(d.get("span_us") or 0.0 for d in doc.get("per_device", []))
+    idle = float(doc["time_us"].get("idle") or 0.0)
+    if span > 0 and idle >= IDLE_SHARE * span:
+        out.append({
+            "kind": "gpu_idle",
+            "message": f"The GPU is idle {_pct(idle / span)} of the time between its first and last activity: "
+                       "the CPU side (Python, launches, synchronisation, data loading) is not keeping it busy. "
+                       "Look for host syncs (.item(), .cpu()), and use CUDA/HIP graphs or async input pipelines.",
+            "evidence": {"idle_us": idle, "span_us": span},
+        })
+    return out

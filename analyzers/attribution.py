@@ -1,0 +1,301 @@
+"""Roofline attribution of a run: every compute kernel and every op that launched GPU work,
+classified against its device's roof (see :mod:`gpuscope.analyzers.roofline` for the rules).
+
+Pure functions over a store connection; they return plain data and never print.
+
+How costs reach kernels: an op's FLOPs and bytes come from its cost model
+(:mod:`gpuscope.analyzers.costmodel`) and its input shapes. The kernels one op call launched
+share that cost in proportion to their duration, so summing over kernels gives back the op's
+cost and every kernel of a call carries the call's verdict. Kernels replayed from a CUDA/HIP
+graph get the op that captured them when the run holds the capture trace
+(``kernels.attribution = 'graph_capture'``); otherwise, like kernels without an op, they are
+placed by name family.
+"""
+from __future__ import annotations
+
+import json
+from collections import defaultdict
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from .families import kernel_family
+from .roofline import (
+    BOUNDS,
+    LATENCY_KERNEL_US,
+    LATENCY_WORK_US,
+    NO_ROOF,
+    Roof,
+    Verdict,
+    classify_by_name,
+    classify_cost,
+)
+
+if TYPE_CHECKING:  # pragma: no cover
+    import duckdb
+
+ROOF_SOURCES = ("spec", "measured")
+
+
+@dataclass(frozen=True)
+class DeviceRoof:
+    """The roof of one device of a run and how its GPU was identified."""
+
+    device_id: int
+    key: str
+    roof: Roof
+    #: How the spec entry was found ("name", "pci id", "--gpu", ...), or None.
+    identified_via: str | None
+    #: False when the entry was inferred (not an exact name or PCI id match).
+    exact: bool
+    note: str | None
+
+    def to_json(self) -> dict[str, Any]:
+        r = self.roof
+        return {
+            "key": self.key,
+            "spec": r.spec_key,
+            "roof_source": r.source,
+            "identified_via": self.identified_via,
+            "exact": self.exact,
+            "peak_flops_per_s": {k: v for k, v in r.peak_flops_per_s.items() if v},
+            "mem_bw_bytes_per_s": r.mem_bw_bytes_per_s,
+            "note": self.note,
+        }
+
+
+def _loads(text: str | None) -> Any:
+    if text is None:
+        return None
+    try:
+        return json.loads(text)
+    except ValueError:
+        return None
+
+
+def _spec_roof(spec: Any) -> Roof:
+    return Roof(spec.key, "spec", dict(spec.peak_flops_per_s), float(spec.mem_bw_bytes_per_s), None)
+
+
+def device_roofs(con: duckdb.DuckDBPyConnection, run_id: int, roof: str = "spec", gpu: str | None = None,
+                 specs_path: str | None = None) -> dict[int, DeviceRoof]:
+    """The roof of every device of ``run_id``.
+
+    ``gpu`` (a spec key or name) overrides identification for every GPU of the run.
+    ``roof="measured"`` uses the newest calibration (``gpuscope calibrate``) of the same GPU
+    model and falls back to the spec roof, saying so, when there is none.
+    Raises :class:`gpuscope.errors.InputError` for an unknown ``gpu``.
+    """
+    from ..specs import load_specs
+
+    db = load_specs(specs_path)
+    forced = db.find(gpu) if gpu else None
+    rows = con.execute(
+        "SELECT device_id, key, kind, vendor, name, spec_key, memory_total_bytes, num_sms, properties "
+        "FROM devices WHERE run_id = ? ORDER BY device_id",
+        [run_id],
+    ).fetchall()
+    out: dict[int, DeviceRoof] = {}
+    for dev_id, key, kind, vendor, name, spec_key, mem, sms, props in rows:
+        if kind not in (None, "gpu"):
+            out[dev_id] = DeviceRoof(dev_id, key, NO_ROOF, None, False, f"a {kind}, not a GPU gpuscope models")
+            continue
+        spec, via, exact, note = None, None, False, None
+        if forced is not None:
+            spec, via, exact = forced, "--gpu", True
+        else:
+            p = _loads(props)
+            if isinstance(p, dict) and p:
+                ident = db.identify_trace_device(p)
+            else:
+                ident = db.identify(name=name, memory_bytes=mem, compute_units=sms, vendor=vendor)
+            spec, via, exact, note = ident.spec, ident.via, ident.exact, ident.note
+            if spec is None and spec_key:
+                # identified when the run was recorded (e.g. from NVML / AMD SMI)
+                try:
+                    spec, via, exact, note = db.get(spec_key), "recorded with the run", True, None
+                except Exception:  # an entry that no longer exists
+                    spec = None
+        if spec is None:
+            out[dev_id] = DeviceRoof(dev_id, key, Roof(None, None, {}, None, note or f"GPU {name!r} not identified"),
+                                     None, False, note or f"GPU {name!r} is not in the spec database; "
+                                     "pass --gpu KEY or add it (docs/specs.md)")
+            continue
+        r = _spec_roof(spec)
+        if roof == "measured":
+            r, measured_note = _measured(con, spec, r)
+            note = "; ".join(x for x in (note, measured_note) if x) or None
+        out[dev_id] = DeviceRoof(dev_id, key, r, via, exact, note)
+    return out
+
+
+def _measured(con: duckdb.DuckDBPyConnection, spec: Any, spec_roof: Roof) -> tuple[Roof, str | None]:
+    try:
+        from ..calibrate import latest_ceilings
+    except ImportError:  # pragma: no cover - calibrate is part of the package
+        return spec_roof, "no calibration support: spec roof used"
+    m = latest_ceilings(con, spec_key=spec.key)
+    if m is None:
+        return spec_roof, f"no calibration of a {spec.key} in this store (run `gpuscope calibrate`): spec roof used"
+    peaks = dict(spec_roof.peak_flops_per_s)
+    peaks.update({k: v for k, v in m.flops_per_s.items() if v})
+    bw = m.mem_bw_bytes_per_s or spec_roof.mem_bw_bytes_per_s
+    return Roof(spec.key, "measured", peaks, bw, f"calibration {m.calibration_id}"), (
+        f"measured roof: calibration {m.calibration_id} on {m.host}; dtypes not measured use the spec peak"
+    )
+
+
+# --------------------------------------------------------------------------------------------
+
+
+def attribute(con: duckdb.DuckDBPyConnection, run_id: int, roofs: dict[int, DeviceRoof]) -> dict[str, Any]:
+    """Classify every compute kernel and every op that launched GPU work of ``run_id``.
+
+    Returns ``{"roofline_us", "kernels", "ops", "by_family"}``: ``roofline_us`` splits the
+    compute time into the four bound classes; ``kernels`` (per distinct kernel name) and
+    ``ops`` (per distinct op name, shapes and dtypes) carry their class, cost and roof numbers.
+    """
+    from .costmodel import op_cost
+
+    # 1. Every op call that launched GPU activity: its GPU time and its cost.
+    call_rows = con.execute(
+        """
+        SELECT k.op_id, mode(k.device_id), sum(k.dur_ns) / 1e3, o.name, o.input_dims, o.input_types, o.concrete_inputs
+        FROM kernels k JOIN ops o ON o.run_id = k.run_id AND o.op_id = k.op_id
+        WHERE k.run_id = ? AND k.op_id IS NOT NULL
+        GROUP BY k.op_id, o.name, o.input_dims, o.input_types, o.concrete_inputs
+        """,
+        [run_id],
+    ).fetchall()
+    cost_cache: dict[tuple[Any, ...], Any] = {}
+    calls: dict[int, tuple[Any, float, int]] = {}  # op_id -> (cost or None, gpu_us, device_id)
+    op_groups: dict[tuple[Any, ...], dict[str, Any]] = {}
+    for op_id, dev, gpu_us, name, dims, types, concrete in call_rows:
+        sig = (name, dims, types, concrete)
+        if sig not in cost_cache:
+            try:
+                cost_cache[sig] = op_cost(name, dims, types, concrete)
+            except Exception:  # a cost model must never break the analysis
+                cost_cache[sig] = None
+        cost = cost_cache[sig]
+        calls[op_id] = (cost, float(gpu_us), int(dev))
+        g = op_groups.setdefault((name, dims, types), {
+            "name": name, "dims": dims, "types": types, "count": 0, "gpu_us": 0.0, "cost": cost,
+            "devices": defaultdict(int), "models": set(),
+        })
+        g["count"] += 1
+        g["gpu_us"] += float(gpu_us)
+        g["devices"][int(dev)] += 1
+        if cost is not None:
+            g["models"].add(cost.model)
+
+    # 2. Per op call verdicts.
+    call_verdict: dict[int, Verdict] = {}
+    for op_id, (cost, gpu_us, dev) in calls.items():
+        if cost is None or (cost.flops is None and cost.bytes is None):
+            continue
+        roof = roofs.get(dev)
+        call_verdict[op_id] = classify_cost(cost.flops, cost.bytes, cost.dtype, gpu_us,
+                                            roof.roof if roof else NO_ROOF)
+
+    # 3. Every compute kernel row.
+    krows = con.execute(
+        "SELECT name, op_id, device_id, dur_ns / 1e3, attribution FROM kernels "
+        "WHERE run_id = ? AND category = 'compute'",
+        [run_id],
+    ).fetchall()
+    uncosted_mean: dict[str, list[float]] = {}
+    for name, op_id, _dev, dur_us, _attr in krows:
+        if op_id is None or op_id not in call_verdict:
+            acc = uncosted_mean.setdefault(name, [0.0, 0])
+            acc[0] += dur_us
+            acc[1] += 1
+    name_verdict: dict[str, Verdict] = {}
+    for name, (tot, n) in uncosted_mean.items():
+        fam = kernel_family(name)
+        name_verdict[name] = classify_by_name(tot / n, fam.family, fam.bound_hint, fam.reason)
+
+    roofline_us = {b: 0.0 for b in BOUNDS}
+    kern: dict[str, dict[str, Any]] = {}
+    for name, op_id, dev, dur_us, attr in krows:
+        k = kern.get(name)
+        if k is None:
+            fam = kernel_family(name)
+            k = kern[name] = {"bound_us": defaultdict(float), "confidence_us": defaultdict(float),
+                              "flops": 0.0, "bytes": 0.0, "has_flops": False, "has_bytes": False,
+                              "roof_us": 0.0, "roofed_us": 0.0, "family": fam.family,
+                              "attribution": defaultdict(int), "reasons": defaultdict(float)}
+        k["attribution"][attr or "none"] += 1
+        v = call_verdict.get(op_id) if op_id is not None else None
+        if v is not None:
+            cost, call_us, _ = calls[op_id]
+            share = dur_us / call_us if call_us > 0 else 0.0
+            if cost.flops is not None:
+                k["flops"] += cost.flops * share
+                k["has_flops"] = True
+            if cost.bytes is not None:
+                k["bytes"] += cost.bytes * share
+                k["has_bytes"] = True
+            if v.roof_us is not None:
+                k["roof_us"] += v.roof_us * share
+                k["roofed_us"] += dur_us
+            conf = "graph_capture" if attr == "graph_capture" else v.confidence
+        else:
+            v = name_verdict[name]
+            conf = v.confidence
+        k["bound_us"][v.bound] += dur_us
+        k["confidence_us"][conf] += dur_us
+        k["reasons"][v.reason] += dur_us
+        roofline_us[v.bound] += dur_us
+
+    # 4. Kernel and op tables.
+    kernels_out: dict[str, dict[str, Any]] = {}
+    for name, k in kern.items():
+        bound = max(k["bound_us"].items(), key=lambda kv: kv[1])[0]
+        conf = max(k["confidence_us"].items(), key=lambda kv: kv[1])[0]
+        reason = max(k["reasons"].items(), key=lambda kv: kv[1])[0]
+        kernels_out[name] = {
+            "bound": bound,
+            "confidence": conf,
+            "reason": reason,
+            "family": k["family"],
+            "flops": k["flops"] if k["has_flops"] else None,
+            "bytes": k["bytes"] if k["has_bytes"] else None,
+            "bound_us": {b: t for b, t in k["bound_us"].items()},
+            "roof_us": k["roof_us"] if k["roofed_us"] else None,
+            "pct_of_roof": (k["roof_us"] / k["roofed_us"]) if k["roofed_us"] else None,
+            "saved_us": max(k["roofed_us"] - k["roof_us"], 0.0) if k["roofed_us"] else None,
+            "attribution": dict(k["attribution"]),
+        }
+
+    ops_out: dict[tuple[Any, ...], dict[str, Any]] = {}
+    for sig, g in op_groups.items():
+        cost = g["cost"]
+        dev = max(g["devices"].items(), key=lambda kv: kv[1])[0]
+        roof = roofs.get(dev)
+        entry: dict[str, Any] = {"flops": None, "bytes": None, "dtype": None, "model": None, "kind": None}
+        if cost is not None:
+            entry.update(flops=cost.flops, bytes=cost.bytes, dtype=cost.dtype, model=cost.model, kind=cost.kind)
+            v = classify_cost(cost.flops, cost.bytes, cost.dtype, g["gpu_us"], roof.roof if roof else NO_ROOF,
+                              calls=g["count"])
+        else:
+            v = Verdict("unknown", "none", "no cost model for this op")
+        entry.update(bound=v.bound, confidence=v.confidence, reason=v.reason,
+                     intensity_flop_per_byte=v.intensity_flop_per_byte, ridge_flop_per_byte=v.ridge_flop_per_byte,
+                     achieved_flops_per_s=v.achieved_flops_per_s, achieved_bytes_per_s=v.achieved_bytes_per_s,
+                     pct_of_roof=v.pct_of_roof, roof_us=v.roof_us, saved_us=v.saved_us)
+        ops_out[sig] = entry
+    return {"roofline_us": roofline_us, "kernels": kernels_out, "ops": ops_out}
+
+
+ROOFLINE_RULES = {
+    "latency_work_us": LATENCY_WORK_US,
+    "latency_kernel_us": LATENCY_KERNEL_US,
+    "text": (
+        "With a cost model (FLOPs and bytes from the op's shapes): roof_us = max(flops / peak_flops[dtype], "
+        "bytes / peak_bw); latency_bound if roof_us per call < latency_work_us; else compute_bound if "
+        "flops/bytes >= ridge (peak_flops[dtype] / peak_bw), else memory_bound. Without a cost model: "
+        "latency_bound if the kernel's mean duration < latency_kernel_us; else the bound its name family "
+        "suggests (confidence 'family'); else unknown. unknown also when the GPU has no roof. "
+        "pct_of_roof = roof_us / measured time; saved_us = measured time - roof_us."
+    ),
+}
