@@ -236,16 +236,24 @@ def setup(args: argparse.Namespace) -> tuple[TinyLLM, Tensor, dict[str, int]]:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     parser.add_argument("--json", action="store_true", help="print a one-line JSON summary instead of text")
+    parser.add_argument("--seconds", type=float, default=0.0,
+                        help="keep generating (same prompt) until this many seconds have passed (default: once)")
     args = parser.parse_args(argv)
     model, prompt, s = setup(args)
     for _ in range(args.warmup):
         generate(model, prompt, min(s["new_tokens"], 4))
+    t_start = time.perf_counter()
     res = generate(model, prompt, s["new_tokens"])
+    generations = 1
+    while args.seconds and time.perf_counter() - t_start < args.seconds:
+        more = generate(model, prompt, s["new_tokens"])
+        res = GenerationResult(more.tokens, res.prefill_s + more.prefill_s, res.decode_s + more.decode_s)
+        generations += 1
 
     steps = s["new_tokens"] - 1  # the first new token comes out of prefill
     device, dtype = prompt.device, str(model.lm_head.weight.dtype).removeprefix("torch.")
-    prefill_tps = prompt.numel() / res.prefill_s
-    decode_tps_seq = steps / res.decode_s if steps else 0.0
+    prefill_tps = generations * prompt.numel() / res.prefill_s
+    decode_tps_seq = generations * steps / res.decode_s if steps else 0.0
     summary = {
         "device": str(device),
         "dtype": dtype,
@@ -253,6 +261,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "batch": s["batch"],
         "prompt_len": s["prompt_len"],
         "new_tokens": s["new_tokens"],
+        "generations": generations,
         "prefill_s": round(res.prefill_s, 6),
         "prefill_tokens_per_s": round(prefill_tps, 2),
         "decode_s": round(res.decode_s, 6),
@@ -265,10 +274,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     cfg, name = model.cfg, torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
     print(f"tiny_llm: {cfg.layers} layers, d_model {cfg.d_model}, {cfg.heads} heads, vocab {cfg.vocab}")
     print(f"  device    {device} ({name}), {dtype}, {model.num_params() / 1e6:.2f} M parameters")
-    print(f"  workload  batch {s['batch']}, prompt {s['prompt_len']}, {s['new_tokens']} new tokens")
+    print(f"  workload  batch {s['batch']}, prompt {s['prompt_len']}, {s['new_tokens']} new tokens, "
+          f"{generations} generation(s)")
     print(f"  prefill   {res.prefill_s * 1e3:9.2f} ms  {prefill_tps:>11,.1f} tokens/s")
     print(f"  decode    {res.decode_s * 1e3:9.2f} ms  {s['batch'] * decode_tps_seq:>11,.1f} tokens/s aggregate")
-    print(f"            {steps:>6} steps  {decode_tps_seq:>11,.1f} tokens/s per sequence")
+    print(f"            {generations * steps:>6} steps  {decode_tps_seq:>11,.1f} tokens/s per sequence")
     return 0
 
 

@@ -8,4 +8,12 @@ from __future__ import annotations
 
 __version__ = "0.1.0"
 
-__all__ = ["__version__"]
+__all__ = ["__version__", "profile", "mark"]
+
+
+def __getattr__(name: str):  # lazy: `import gpuscope` stays free of everything else
+    if name in ("profile", "mark"):
+        from . import api
+
+        return getattr(api, name)
+    raise AttributeError(f"module 'gpuscope' has no attribute {name!r}")

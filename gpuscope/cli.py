@@ -214,7 +214,7 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-_MODULE_COMMANDS = ("compare", "specs", "ceiling", "calibrate", "devices", "record")
+_MODULE_COMMANDS = ("run", "compare", "specs", "ceiling", "calibrate", "devices", "record")
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -320,3 +320,46 @@ def render_compare(doc: dict[str, Any], top: int = 15) -> str:
                          [(f["family"], fmt_us(f["a_us"]), fmt_us(f["b_us"]), _ratio(f["ratio"]), fmt_us(f["delta_us"]))
                           for f in fam], "lrrrr"))
     return "\n".join(out)
+
+
+def render_run_summary(summary: dict[str, Any], top: int = 10) -> str:
+    """The summary ``gpuscope run`` prints at the end."""
+    out = [f"gpuscope run {summary['run_id']}: exit code {summary['exit_code']}  (run dir {summary['run_dir']})"]
+    windows = summary.get("windows") or []
+    traces = summary.get("traces") or []
+    out.append(f"  profiler windows: {len(windows)}, traces: {len(traces)}, marks: {summary.get('marks', 0)}")
+    if summary.get("ingest_error"):
+        out.append(f"  traces not ingested: {summary['ingest_error']}")
+    tele = summary.get("telemetry") or {}
+    for g in tele.get("gpus", []):
+        r = g["run"]
+        bits = [f"{r['samples']} samples"]
+        if "gpu_util_mean" in r:
+            bits.append(f"util {100 * r['gpu_util_mean']:.0f}% mean / {100 * r['gpu_util_max']:.0f}% max")
+        if "power_w_mean" in r:
+            bits.append(f"power {r['power_w_mean']:.0f} W mean / {r['power_w_max']:.0f} W max")
+        if "sm_clock_mhz_mean" in r:
+            bits.append(f"SM clock {r['sm_clock_mhz_mean']:.0f} MHz")
+        if "temp_c_max" in r:
+            bits.append(f"{r['temp_c_max']:.0f} °C max")
+        out.append(f"  {g['key']} ({g.get('name') or '?'}): " + ", ".join(bits))
+        for w in g.get("windows", []):
+            if w["samples"] and "power_w_mean" in w:
+                out.append(f"    during window (pid {w['pid']}): util {100 * w.get('gpu_util_mean', 0):.0f}%, "
+                           f"power {w['power_w_mean']:.0f} W, {w['samples']} samples")
+    if tele.get("energy_j") is not None:
+        line = f"  energy: {tele['energy_j']:.1f} J ({tele['energy_source']})"
+        if tele.get("energy_integrated_j") is not None and tele.get("energy_source") == "counter":
+            line += f"; integrated power {tele['energy_integrated_j']:.1f} J"
+        if tele.get("energy_per_token_j") is not None:
+            line += f"; {tele['energy_per_token_j']:.3f} J/token over {tele['tokens']} tokens ({tele['token_source']})"
+        out.append(line)
+    elif tele.get("tokens"):
+        out.append(f"  tokens: {tele['tokens']} ({tele['token_source']}); no energy counter or power on this machine")
+    if not tele.get("gpus"):
+        out.append("  no GPU telemetry (no NVIDIA or AMD GPU found: see `gpuscope devices`)")
+    doc = summary.get("analysis")
+    if doc:
+        out.append("")
+        out.append(render_analysis(doc, top=top))
+    return "\n".join(out)

@@ -26,7 +26,7 @@ from .metrics import METRICS
 if TYPE_CHECKING:  # pragma: no cover
     import duckdb
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 #: Block size of new store files. DuckDB's default (256 KiB) makes even an empty store 0.8 MB;
 #: 64 KiB blocks keep small runs small at no measurable cost in speed.
 STORE_BLOCK_SIZE = 65536
@@ -168,6 +168,7 @@ def _migration_1_to_2(con: duckdb.DuckDBPyConnection) -> None:
         """CREATE TABLE graph_launches (
   run_id BIGINT NOT NULL,
   trace_id INTEGER NOT NULL,
+  graph_ns BIGINT NOT NULL,
   seq INTEGER NOT NULL,
   kernel_name VARCHAR,
   launch_name VARCHAR,
@@ -198,7 +199,58 @@ def _migration_1_to_2(con: duckdb.DuckDBPyConnection) -> None:
     )
 
 
-MIGRATIONS = (_migration_0_to_1, _migration_1_to_2)
+# Sample columns added by schema version 3 (telemetry collectors): name and type, fixed here
+# so that this step never changes when later steps add metrics.
+_SAMPLE_COLUMNS_V3 = (
+    ("xgmi_nvlink_rx_bytes_per_s", "DOUBLE"),
+    ("pcie_bytes_per_s", "DOUBLE"),
+    ("power_limit_w", "DOUBLE"),
+    ("proc_gpu_mem_bytes", "BIGINT"),
+    ("proc_gpu_util", "DOUBLE"),
+    ("host_cpu_util", "DOUBLE"),
+    ("host_mem_used_bytes", "BIGINT"),
+    ("host_mem_total_bytes", "BIGINT"),
+    ("proc_cpu_cores", "DOUBLE"),
+    ("proc_rss_bytes", "BIGINT"),
+    ("proc_count", "INTEGER"),
+)
+
+
+def _migration_2_to_3(con: duckdb.DuckDBPyConnection) -> None:
+    # Step 0->1 creates `samples` from the current metric table, so a new store already has
+    # these columns: IF NOT EXISTS makes this step a no-op there.
+    for name, sql_type in _SAMPLE_COLUMNS_V3:
+        con.execute(f"ALTER TABLE samples ADD COLUMN IF NOT EXISTS {name} {sql_type}")
+    # One row per sampled run: the sampler's cadence and its own cost (gpuscope.sampler).
+    con.execute(
+        """CREATE TABLE sampler_stats (
+  run_id BIGINT NOT NULL,
+  started_ns BIGINT,
+  ended_ns BIGINT,
+  interval_ns BIGINT,
+  ticks BIGINT,
+  missed_ticks BIGINT,
+  rows BIGINT,
+  devices INTEGER,
+  tick_cpu_ns_mean DOUBLE,
+  tick_cpu_ns_p99 DOUBLE,
+  tick_cpu_ns_max DOUBLE,
+  tick_wall_ns_mean DOUBLE,
+  tick_wall_ns_p99 DOUBLE,
+  tick_wall_ns_max DOUBLE,
+  cpu_ns_per_tick_per_device DOUBLE,
+  lateness_ns_p50 DOUBLE,
+  lateness_ns_p99 DOUBLE,
+  lateness_ns_max DOUBLE,
+  drift_ns BIGINT,
+  sink_cpu_ns BIGINT,
+  degradations VARCHAR,
+  info VARCHAR
+)"""
+    )
+
+
+MIGRATIONS = (_migration_0_to_1, _migration_1_to_2, _migration_2_to_3)
 assert len(MIGRATIONS) == SCHEMA_VERSION
 
 
@@ -307,6 +359,9 @@ def connect(path: Path | str, read_only: bool = False, retry_s: float = 2.0) -> 
                 return connect(path, read_only=True, retry_s=retry_s)
         else:
             migrate(con)
+            if con.execute("SELECT count(*) FROM runs WHERE status = 'recording'").fetchone()[0]:
+                with transaction(con):
+                    recover_stale_runs(con)
     except StoreError:
         raise
     except Exception as exc:
@@ -356,6 +411,48 @@ def resolve_run(con: duckdb.DuckDBPyConnection, ref: str | int | None, db_path: 
     return RunRef(int(row[0]), str(row[1]))
 
 
+def _owner_alive(info_text: str | None) -> bool:
+    """Whether the process recording a run (``runs.info`` owner or sampler pid) still runs.
+    A run recorded on another host is assumed alive (nothing here can tell)."""
+    import json
+
+    try:
+        info = json.loads(info_text) if info_text else {}
+    except ValueError:
+        return False
+    owner = info.get("owner") or info.get("sampler") or {}
+    pid = owner.get("pid")
+    host = owner.get("host")
+    if not isinstance(pid, int):
+        return False
+    if host and host != hostname():
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def stale_runs(con: duckdb.DuckDBPyConnection) -> list[int]:
+    """Runs still marked ``recording`` whose recording process is gone (e.g. killed with
+    SIGKILL): they hold everything written up to their last flush and are ``incomplete``."""
+    rows = con.execute("SELECT id, info FROM runs WHERE status = 'recording'").fetchall()
+    return [int(r[0]) for r in rows if not _owner_alive(r[1])]
+
+
+def recover_stale_runs(con: duckdb.DuckDBPyConnection) -> list[int]:
+    """Mark :func:`stale_runs` ``incomplete`` (with ``ended_ns`` at their last sample)."""
+    ids = stale_runs(con)
+    for run_id in ids:
+        con.execute(
+            "UPDATE runs SET status = 'incomplete', ended_ns = coalesce(ended_ns, "
+            "(SELECT max(ts_ns) FROM samples WHERE run_id = $1)) WHERE id = $1", [run_id])
+    return ids
+
+
 def list_runs(con: duckdb.DuckDBPyConnection) -> list[dict[str, Any]]:
     """Every run, newest first, with the row counts of its samples, kernels and ops."""
     rows = con.execute(
@@ -374,7 +471,13 @@ def list_runs(con: duckdb.DuckDBPyConnection) -> list[dict[str, Any]]:
     ).fetchall()
     cols = ["id", "name", "status", "source", "started_ns", "ended_ns", "command", "exit_code",
             "created_ns", "samples", "kernels", "ops", "devices"]
-    return [dict(zip(cols, r)) for r in rows]
+    out = [dict(zip(cols, r)) for r in rows]
+    if any(r["status"] == "recording" for r in out):
+        stale = set(stale_runs(con))
+        for r in out:
+            if r["id"] in stale:
+                r["status"] = "incomplete"
+    return out
 
 
 def now_ns() -> int:

@@ -1039,8 +1039,12 @@ def ingest(
     name: str | None = None,
     progress: Progress = _quiet,
     all_ops: bool = False,
+    into_run: int | None = None,
 ) -> IngestResult:
     """Load Kineto traces (files, ``.gz``, directories) as one run of the store at ``db_path``.
+
+    With ``into_run``, the traces join that existing run (``gpuscope run`` uses this at the end
+    of a recording) instead of making a new one; their ids follow the run's existing ones.
 
     Everything is parsed and linked before the store is opened; the run is then written in one
     transaction, so a bad input leaves the store exactly as it was.
@@ -1112,14 +1116,31 @@ def ingest(
             con.execute("USE store")
             store.migrate(con)
             with store.transaction(con):
-                run_id = con.execute("SELECT nextval('run_id_seq')").fetchone()[0]
-                con.execute(
-                    "INSERT INTO runs (id, name, status, source, started_ns, ended_ns, created_ns, command, exit_code, host, info) "
-                    "VALUES (?, ?, 'complete', 'ingest', ?, ?, ?, ?, NULL, ?, ?)",
-                    [run_id, run_name, span[0], span[1], store.now_ns(),
-                     "gpuscope ingest " + " ".join(str(f) for f in files), store.hostname(), json.dumps(info_doc)],
-                )
-                _write_rows(con, run_id, infos, devices, all_ops)
+                offsets = (0, 0, 0)
+                if into_run is None:
+                    run_id = con.execute("SELECT nextval('run_id_seq')").fetchone()[0]
+                    con.execute(
+                        "INSERT INTO runs (id, name, status, source, started_ns, ended_ns, created_ns, command, exit_code, host, info) "
+                        "VALUES (?, ?, 'complete', 'ingest', ?, ?, ?, ?, NULL, ?, ?)",
+                        [run_id, run_name, span[0], span[1], store.now_ns(),
+                         "gpuscope ingest " + " ".join(str(f) for f in files), store.hostname(), json.dumps(info_doc)],
+                    )
+                else:
+                    row = con.execute("SELECT name, info FROM runs WHERE id = ?", [into_run]).fetchone()
+                    if row is None:
+                        raise InputError(f"run {into_run}", "no such run")
+                    run_id, run_name = into_run, row[0]
+                    old = json.loads(row[1]) if row[1] else {}
+                    old["ingest"] = info_doc["ingest"]
+                    old["notes"] = list(old.get("notes", [])) + notes
+                    con.execute("UPDATE runs SET info = ? WHERE id = ?", [json.dumps(old), run_id])
+                    offsets = con.execute(
+                        "SELECT (SELECT coalesce(max(trace_id) + 1, 0) FROM traces WHERE run_id = $1), "
+                        "(SELECT coalesce(max(device_id) + 1, 0) FROM devices WHERE run_id = $1), "
+                        "(SELECT coalesce(max(op_id) + 1, 0) FROM ops WHERE run_id = $1)",
+                        [run_id],
+                    ).fetchone()
+                _write_rows(con, run_id, infos, devices, all_ops, *offsets)
         finally:
             con.execute("USE memory")
             con.execute("DETACH store")
@@ -1135,13 +1156,17 @@ def ingest(
 
 
 def _write_rows(
-    con: duckdb.DuckDBPyConnection, run_id: int, infos: list[TraceInfo], devices: list[dict[str, Any]], all_ops: bool
+    con: duckdb.DuckDBPyConnection, run_id: int, infos: list[TraceInfo], devices: list[dict[str, Any]], all_ops: bool,
+    t0: int = 0, d0: int = 0, o0: int = 0,
 ) -> None:
+    """Write the staged run; trace, device and op ids are shifted by ``t0``, ``d0``, ``o0``
+    when the traces join an existing run."""
+    t0, d0, o0 = int(t0), int(d0), int(o0)
     for i in infos:
         meta = {k: v for k, v in i.header.items() if k != "traceEvents"}
         con.execute(
             "INSERT INTO traces VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            [run_id, i.trace_id, i.path, i.rank, i.base_time_ns, i.ts_relative, i.events, i.size_bytes,
+            [run_id, i.trace_id + t0, i.path, i.rank, i.base_time_ns, i.ts_relative, i.events, i.size_bytes,
              json.dumps(meta, default=str)],
         )
     if devices:
@@ -1149,15 +1174,15 @@ def _write_rows(
             "INSERT INTO devices (run_id, device_id, key, source, trace_id, device_index, vendor, kind, name, "
             "memory_total_bytes, compute_capability, num_sms, warp_size, properties, spec_key) "
             "VALUES (?, ?, ?, 'trace', ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            [(run_id, d["device_id"], d["key"], d["trace_id"], d["device_index"], d["vendor"], d["kind"], d["name"],
+            [(run_id, d["device_id"] + d0, d["key"], d["trace_id"] + t0, d["device_index"], d["vendor"], d["kind"], d["name"],
               d["memory_total_bytes"], d["compute_capability"], d["num_sms"], d["warp_size"], d["properties"],
               d["spec_key"])
              for d in devices],
         )
     con.execute(
         f"""INSERT INTO kernels
-        SELECT {run_id}, k.trace_id, m.device_id, k.stream, k.kind, k.category, k.name, k.ts_ns, k.dur_ns,
-               k.correlation, k.external_id, k.op_id, k.launch_name, k.launch_ts_ns, k.launch_dur_ns,
+        SELECT {run_id}, k.trace_id + {t0}, m.device_id + {d0}, k.stream, k.kind, k.category, k.name, k.ts_ns, k.dur_ns,
+               k.correlation, k.external_id, k.op_id + {o0}, k.launch_name, k.launch_ts_ns, k.launch_dur_ns,
                k.grid, k.block, k.registers_per_thread, k.shared_memory_bytes, k.occupancy, k.bytes,
                k.attribution
         FROM temp.kernel_stage k JOIN temp.dev_map m ON m.trace_id = k.trace_id AND m.dev_label = k.dev_label
@@ -1165,7 +1190,7 @@ def _write_rows(
     )
     con.execute(
         f"""INSERT INTO ops
-        SELECT {run_id}, op_id, p.parent_op_id, trace_id, pid, tid, name, ts_ns, dur_ns, external_id, sequence_number,
+        SELECT {run_id}, op_id + {o0}, p.parent_op_id + {o0}, trace_id + {t0}, pid, tid, name, ts_ns, dur_ns, external_id, sequence_number,
                input_dims, input_types, input_strides, concrete_inputs
         FROM temp.op_stage o LEFT JOIN temp.op_parent p USING (op_id)
         {'' if all_ops else 'WHERE NOT EXISTS (SELECT 1 FROM temp.kernel_stage) OR op_id IN (SELECT op_id FROM temp.op_launching)'}
@@ -1173,12 +1198,12 @@ def _write_rows(
     )
     con.execute(
         f"""INSERT INTO graph_launches
-        SELECT {run_id}, trace_id, graph_begin_ns, seq, kernel_name, launch_name, ts_ns, correlation, op_id, grid, block
+        SELECT {run_id}, trace_id + {t0}, graph_begin_ns, seq, kernel_name, launch_name, ts_ns, correlation, op_id + {o0}, grid, block
         FROM temp.graph_stage ORDER BY trace_id, graph_begin_ns, seq"""
     )
     con.execute(
         f"""INSERT INTO annotations
-        SELECT {run_id}, a.trace_id, a.kind, a.name, a.ts_ns, a.dur_ns, m.device_id, a.pid, a.tid, NULL
+        SELECT {run_id}, a.trace_id + {t0}, a.kind, a.name, a.ts_ns, a.dur_ns, m.device_id + {d0}, a.pid, a.tid, NULL
         FROM temp.annotation_stage a LEFT JOIN temp.dev_map m ON m.trace_id = a.trace_id AND m.dev_label = a.dev_label
         ORDER BY a.ts_ns"""
     )

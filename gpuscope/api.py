@@ -1,0 +1,67 @@
+"""The Python API for programs that want more than ``gpuscope run`` does on its own.
+
+- :func:`profile` opens a profiler window around a block of code (on the calling thread).
+- :func:`mark` records a step boundary and, optionally, how many tokens it produced; the
+  run's summary turns marks into tokens/s and energy per token.
+
+Both are cheap and safe outside ``gpuscope run``: ``mark`` then does nothing, and ``profile``
+writes its trace to ``./gpuscope-traces/`` (or ``out_dir``). Neither imports torch unless a
+window is opened, and neither raises: failures are reported on stderr in one line.
+"""
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from ._bootstrap._gpuscope_boot import Window, append_jsonl, report, run_dir
+
+__all__ = ["profile", "mark"]
+
+
+@contextmanager
+def profile(name: str = "profile", out_dir: str | Path | None = None) -> Iterator[Window]:
+    """Profile the enclosed block with the PyTorch profiler (CPU ops with shapes, and GPU
+    kernels when a GPU is present). Under ``gpuscope run`` the trace joins the run; otherwise
+    it is written to ``out_dir`` (default ``./gpuscope-traces``). The window's trace path is
+    ``window.path`` after the block."""
+    rd = run_dir()
+    d = Path(out_dir) if out_dir is not None else (rd / "traces" if rd is not None else Path("gpuscope-traces"))
+    window = Window(d, "".join(c if c.isalnum() or c in "-_" else "_" for c in name) or "profile")
+    started = False
+    try:
+        window.start()
+        started = True
+    except Exception as exc:
+        report(f"gpuscope.profile({name!r}) could not start the profiler: {type(exc).__name__}: {exc}")
+    try:
+        yield window
+    finally:
+        if started:
+            try:
+                window.stop()
+            except Exception as exc:
+                report(f"gpuscope.profile({name!r}) could not write its trace: {type(exc).__name__}: {exc}")
+
+
+def mark(name: str = "step", *, tokens: int | None = None, step: int | None = None, **fields: Any) -> None:
+    """Record a mark (a step boundary) at this moment: ``tokens`` is the number of tokens the
+    step produced (for tokens/s and energy per token), ``step`` an optional step number; other
+    keyword fields are kept as given. Does nothing outside ``gpuscope run``."""
+    if run_dir() is None:
+        return
+    try:
+        record: dict[str, Any] = {"ts_ns": time.time_ns(), "pid": os.getpid(), "name": str(name)}
+        if tokens is not None:
+            record["tokens"] = int(tokens)
+        if step is not None:
+            record["step"] = int(step)
+        if fields:
+            record["fields"] = {k: v if isinstance(v, (int, float, str, bool)) or v is None else str(v)
+                                for k, v in fields.items()}
+        append_jsonl("marks.jsonl", record)
+    except Exception as exc:
+        report(f"gpuscope.mark failed: {type(exc).__name__}: {exc}")

@@ -1,0 +1,69 @@
+"""`gpuscope run [options] -- CMD ARGS...`: run any command as a recorded, analyzed run."""
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any
+
+HELP = "run CMD with telemetry and profiler windows; store, analyze and summarize it"
+DESCRIPTION = (
+    "Run CMD (everything after --, no shell) with telemetry sampling (NVML, AMD SMI, host) and, in its Python "
+    "processes, bounded PyTorch profiler windows (no change to its code: a bootstrap on its PYTHONPATH opens "
+    "them once the program imports torch). Everything is stored as one run, analyzed and summarized. "
+    "Exits with CMD's exit code."
+)
+NEEDS_DB = True
+REPORTS = True
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Add this command's arguments to its sub-parser."""
+    parser.add_argument("--name", help="run name (default: the script or program name)")
+    parser.add_argument("--hz", type=float, default=10.0, help="telemetry samples per second (default 10, at most 100)")
+    parser.add_argument("--profile-delay", type=float, default=5.0, metavar="S",
+                        help="seconds after the program imports torch before the first profiler window (default 5)")
+    parser.add_argument("--profile-duration", type=float, default=3.0, metavar="S",
+                        help="seconds each profiler window stays open (default 3)")
+    parser.add_argument("--profile-windows", type=int, default=1, metavar="N",
+                        help="number of profiler windows per process (default 1)")
+    parser.add_argument("--profile-interval", type=float, default=None, metavar="S",
+                        help="seconds between windows (default: the delay)")
+    parser.add_argument("--no-profile", action="store_true", help="telemetry only: no profiler windows")
+    parser.add_argument("--tokens", type=int, help="tokens the program generated (else from gpuscope.mark(tokens=...))")
+    parser.add_argument("--no-analyze", action="store_true", help="store the run but do not analyze it")
+    parser.add_argument("--top", type=int, default=10, help="rows in the summary's top lists (default 10)")
+    parser.add_argument("-q", "--quiet", action="store_true", help="no status line or progress on stderr")
+    parser.add_argument("command", nargs=argparse.REMAINDER, metavar="-- CMD ARGS", help="the command to run")
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run the command; returns the child's exit code."""
+    from .cli import _db, print_json
+    from .errors import InputError
+    from .report import render_run_summary
+    from .runner import ProfileConfig, RunOptions, execute
+
+    cmd = list(args.command)
+    if cmd and cmd[0] == "--":
+        cmd = cmd[1:]
+    for flag, value, low in (("--profile-delay", args.profile_delay, 0.0), ("--profile-duration", args.profile_duration, 0.0),
+                             ("--profile-windows", args.profile_windows, 0)):
+        if value < low:
+            raise InputError(flag, f"must be at least {low:g}, not {value:g}")
+    if args.tokens is not None and args.tokens <= 0:
+        raise InputError("--tokens", "must be a positive count")
+    profile = ProfileConfig(enabled=not args.no_profile and args.profile_windows > 0, delay_s=args.profile_delay,
+                            duration_s=args.profile_duration, windows=args.profile_windows,
+                            interval_s=args.profile_interval)
+    tty = sys.stderr.isatty() and not args.quiet
+    opts = RunOptions(command=cmd, db=Path(_db(args)), name=args.name, hz=args.hz, profile=profile,
+                      tokens=args.tokens, status_line=tty, analyze=not args.no_analyze, top=args.top)
+    progress = None if args.quiet else (lambda msg: print(f"gpuscope run: {msg}", file=sys.stderr, flush=True))
+    outcome = execute(opts, progress)
+    summary: dict[str, Any] = outcome.summary
+    if args.json:
+        print_json(summary)
+    else:
+        print(render_run_summary(summary, top=args.top))
+    return outcome.exit_code

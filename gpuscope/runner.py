@@ -1,0 +1,295 @@
+"""``gpuscope run -- CMD``: run any command with telemetry sampling and, in its Python
+processes, bounded PyTorch profiler windows; store everything as one run; analyze it.
+
+The wrapper never changes the program: it puts the bootstrap (``gpuscope/_bootstrap``) first
+on the child's ``PYTHONPATH``, points ``VLLM_TORCH_PROFILER_DIR`` at the run directory unless
+set, starts the child in its own process group, forwards SIGINT/SIGTERM/SIGHUP/SIGQUIT to
+that group, and exits with the child's exit code. Telemetry goes to the store about once a
+second while the child runs (status ``recording``); if gpuscope itself is killed, the run
+stays ``recording`` with its owner pid in ``runs.info`` and readers show it as
+``incomplete`` (``store.effective_status``). At the end the traces the child wrote are
+ingested into the run, the marks and profiler windows become annotations, and the run is
+analyzed.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .errors import GpuscopeError, InputError
+
+BOOTSTRAP_DIR = Path(__file__).resolve().parent / "_bootstrap"
+FORWARDED_SIGNALS = ("SIGINT", "SIGTERM", "SIGHUP", "SIGQUIT")
+
+
+@dataclass
+class ProfileConfig:
+    """When the bootstrap opens profiler windows in the child's Python processes."""
+
+    enabled: bool = True
+    delay_s: float = 5.0
+    duration_s: float = 3.0
+    windows: int = 1
+    interval_s: float | None = None
+
+    def to_env(self) -> str:
+        return json.dumps({"enabled": self.enabled, "delay_s": self.delay_s, "duration_s": self.duration_s,
+                           "windows": self.windows,
+                           "interval_s": self.interval_s if self.interval_s is not None else self.delay_s})
+
+
+@dataclass
+class RunOptions:
+    """Options of one ``gpuscope run``."""
+
+    command: list[str]
+    db: Path
+    name: str | None = None
+    hz: float = 10.0
+    profile: ProfileConfig = field(default_factory=ProfileConfig)
+    tokens: int | None = None
+    status_line: bool = False
+    analyze: bool = True
+    top: int = 10
+
+
+@dataclass
+class RunOutcome:
+    """What a finished ``gpuscope run`` produced."""
+
+    run_id: int
+    exit_code: int
+    run_dir: Path
+    summary: dict[str, Any]
+
+
+def _check_command(cmd: list[str]) -> None:
+    if not cmd:
+        raise InputError("command", "nothing to run: give the command after `--` (gpuscope run -- python app.py)")
+    exe = cmd[0]
+    if os.sep in exe:
+        if not Path(exe).exists():
+            raise InputError(exe, "no such file")
+        if not os.access(exe, os.X_OK):
+            raise InputError(exe, "not executable")
+    elif shutil.which(exe) is None:
+        raise InputError(exe, "command not found on PATH")
+
+
+def child_env(run_dir: Path, run_id: int, profile: ProfileConfig, base: dict[str, str] | None = None) -> dict[str, str]:
+    """The child's environment: the bootstrap first on PYTHONPATH, the run directory, the
+    profiler configuration, and vLLM's profiler directory unless already set."""
+    env = dict(os.environ if base is None else base)
+    parts = [str(BOOTSTRAP_DIR)] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
+    env["PYTHONPATH"] = os.pathsep.join(parts)
+    env["GPUSCOPE_RUN_DIR"] = str(run_dir)
+    env["GPUSCOPE_RUN_ID"] = str(run_id)
+    env["GPUSCOPE_PROFILE"] = profile.to_env()
+    env.setdefault("VLLM_TORCH_PROFILER_DIR", str(run_dir / "traces"))
+    return env
+
+
+def _runs_root(db: Path) -> Path:
+    return db.parent / "gpuscope-runs"
+
+
+def execute(opts: RunOptions, progress: Any = None) -> RunOutcome:
+    """Run the command as a recorded run; returns when the child has exited and the run is
+    stored (and analyzed unless ``opts.analyze`` is False)."""
+    from . import store
+    from .collectors import ProcessTree, default_collectors
+    from .sampler import MemorySink, Sampler, StoreSink
+
+    say = progress or (lambda msg: None)
+    _check_command(opts.command)
+    if not (0 < opts.hz <= 100):
+        raise InputError("--hz", f"{opts.hz:g} is outside 0 < hz <= 100")
+    name = opts.name or Path(opts.command[0]).name
+    if name in ("python", "python3") or name.startswith("python3."):
+        script = next((a for a in opts.command[1:] if not a.startswith("-")), None)
+        if script:
+            name = Path(script).stem
+    tree = ProcessTree([])
+    live = MemorySink(maxlen=4)
+    sink = StoreSink(opts.db, name=name, command=" ".join(opts.command), source="run", final_status=None)
+    sampler = Sampler(default_collectors(tree), [sink, live], interval_s=1.0 / opts.hz, tree=tree,
+                      on_degradation=lambda d: say(f"telemetry: {d}"))
+    sampler.start()
+    run_id = int(sink.run_id)  # type: ignore[arg-type]
+    run_dir = _runs_root(opts.db) / f"{run_id}-{name}"
+    (run_dir / "traces").mkdir(parents=True, exist_ok=True)
+    started_ns = time.time_ns()
+    _update_info(opts.db, run_id, {"owner": {"pid": os.getpid(), "host": store.hostname()},
+                                   "run_dir": str(run_dir), "profile": json.loads(opts.profile.to_env())})
+    env = child_env(run_dir, run_id, opts.profile)
+    try:
+        child = subprocess.Popen(opts.command, env=env, process_group=0) if sys.version_info >= (3, 11) \
+            else subprocess.Popen(opts.command, env=env, preexec_fn=os.setpgrp)  # noqa: PLW1509
+    except OSError as exc:
+        sampler.stop()
+        _finish(opts.db, run_id, "failed", None, time.time_ns())
+        raise InputError(opts.command[0], f"cannot start: {exc.strerror or exc}") from None
+    tree.roots = (child.pid,)
+    previous: dict[int, Any] = {}
+
+    def forward(signum: int, frame: Any) -> None:
+        try:
+            os.killpg(child.pid, signum)
+        except ProcessLookupError:
+            pass
+
+    for sname in FORWARDED_SIGNALS:
+        sig = getattr(signal, sname, None)
+        if sig is not None:
+            previous[sig] = signal.signal(sig, forward)
+    try:
+        code = _wait(child, sampler, live, started_ns, opts.status_line)
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    ended_ns = time.time_ns()
+    stats = sampler.stop()
+    say(f"child exited with code {code}; storing the run")
+    summary: dict[str, Any] = {"run_id": run_id, "exit_code": code, "run_dir": str(run_dir),
+                               "sampler": stats.to_dict() if hasattr(stats, "to_dict") else {}}
+    traces = sorted(p for p in (run_dir / "traces").rglob("*") if p.is_file() and ".json" in p.name)
+    ingest_error = None
+    if traces:
+        from . import trace
+
+        try:
+            trace.ingest(opts.db, traces, into_run=run_id)
+        except (InputError, GpuscopeError) as exc:
+            ingest_error = str(exc)
+            say(f"could not ingest the traces: {exc}")
+    windows = _read_jsonl(run_dir / "windows.jsonl")
+    marks = _read_jsonl(run_dir / "marks.jsonl")
+    _store_annotations(opts.db, run_id, windows, marks)
+    _finish(opts.db, run_id, "complete", code, ended_ns, started_ns)
+    summary.update(traces=[str(p) for p in traces], windows=windows, marks=len(marks), ingest_error=ingest_error)
+    if opts.analyze:
+        summary.update(_analyze(opts.db, run_id, windows, marks, opts.tokens, opts.top))
+    return RunOutcome(run_id, code, run_dir, summary)
+
+
+def _wait(child: subprocess.Popen[Any], sampler: Any, live: Any, started_ns: int, status_line: bool) -> int:
+    last = 0.0
+    while True:
+        try:
+            code = child.wait(timeout=0.25)
+            break
+        except subprocess.TimeoutExpired:
+            pass
+        if status_line and time.monotonic() - last >= 0.5:
+            last = time.monotonic()
+            sys.stderr.write("\r" + _status(sampler, live, started_ns) + "\x1b[K")
+            sys.stderr.flush()
+    if status_line:
+        sys.stderr.write("\r\x1b[K")
+        sys.stderr.flush()
+    # A child killed by a signal: the shell convention 128 + signal number.
+    return code if code >= 0 else 128 - code
+
+
+def _status(sampler: Any, live: Any, started_ns: int) -> str:
+    elapsed = (time.time_ns() - started_ns) / 1e9
+    parts = [f"gpuscope: {elapsed:6.1f} s", f"{sampler.stats.ticks} samples"]
+    for dev, s in sorted(live.latest().items()):
+        util, power = s.get("gpu_util"), s.get("power_w")
+        if util is None and power is None:
+            continue
+        bits = [dev]
+        if util is not None:
+            bits.append(f"{100 * util:3.0f}%")
+        if power is not None:
+            bits.append(f"{power:4.0f} W")
+        parts.append(" ".join(bits))
+    return " | ".join(parts)
+
+
+def _read_jsonl(path: Path) -> list[dict[str, Any]]:
+    if not path.exists():
+        return []
+    out = []
+    for line in path.read_text(errors="replace").splitlines():
+        try:
+            v = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(v, dict):
+            out.append(v)
+    return out
+
+
+def _update_info(db: Path, run_id: int, extra: dict[str, Any]) -> None:
+    from . import store
+
+    con = store.connect(db, retry_s=10.0)
+    try:
+        with store.transaction(con):
+            row = con.execute("SELECT info FROM runs WHERE id = ?", [run_id]).fetchone()
+            info = json.loads(row[0]) if row and row[0] else {}
+            info.update(extra)
+            con.execute("UPDATE runs SET info = ? WHERE id = ?", [json.dumps(info), run_id])
+    finally:
+        con.close()
+
+
+def _finish(db: Path, run_id: int, status: str, code: int | None, ended_ns: int, started_ns: int | None = None) -> None:
+    from . import store
+
+    con = store.connect(db, retry_s=10.0)
+    try:
+        with store.transaction(con):
+            con.execute("UPDATE runs SET status = ?, exit_code = ?, ended_ns = ?, "
+                        "started_ns = coalesce(started_ns, ?) WHERE id = ?",
+                        [status, code, ended_ns, started_ns, run_id])
+    finally:
+        con.close()
+
+
+def _store_annotations(db: Path, run_id: int, windows: list[dict[str, Any]], marks: list[dict[str, Any]]) -> None:
+    from . import store
+
+    rows = []
+    for w in windows:
+        if isinstance(w.get("start_ns"), int) and isinstance(w.get("end_ns"), int):
+            rows.append((run_id, None, "profiler_window", w.get("label") or "window", w["start_ns"],
+                         w["end_ns"] - w["start_ns"], None, str(w.get("pid")), None,
+                         json.dumps({"path": w.get("path")})))
+    for m in marks:
+        if isinstance(m.get("ts_ns"), int):
+            value = {k: m[k] for k in ("tokens", "step", "fields") if k in m}
+            rows.append((run_id, None, "mark", str(m.get("name")), m["ts_ns"], None, None, str(m.get("pid")), None,
+                         json.dumps(value)))
+    if not rows:
+        return
+    con = store.connect(db, retry_s=10.0)
+    try:
+        with store.transaction(con):
+            con.executemany("INSERT INTO annotations VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", rows)
+    finally:
+        con.close()
+
+
+def _analyze(db: Path, run_id: int, windows: list[dict[str, Any]], marks: list[dict[str, Any]],
+             tokens: int | None, top: int) -> dict[str, Any]:
+    from . import store
+    from .analyzers.breakdown import analyze_run
+    from .analyzers.energy import run_telemetry
+
+    con = store.connect(db, read_only=True)
+    try:
+        doc = analyze_run(con, run_id)
+        tele = run_telemetry(con, run_id, tokens=tokens)
+    finally:
+        con.close()
+    return {"analysis": doc, "telemetry": tele}

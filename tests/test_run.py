@@ -1,0 +1,240 @@
+"""`gpuscope run -- CMD` end to end on the CPU: exit codes, signals, kill -9 recovery, the
+bootstrap (sitecustomize chaining, no cost without torch, profiler windows in worker
+processes), non-Python children and the Python API."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import REPO, run_cli
+
+PY = sys.executable
+
+
+def gpuscope(db: Path, *args: str, timeout: float = 180, **kw) -> subprocess.CompletedProcess[str]:
+    """``python -m gpuscope --db DB ARGS`` as a separate process (signals need one)."""
+    return subprocess.run([PY, "-m", "gpuscope", *args[:1], "--db", str(db), *args[1:]], capture_output=True,
+                          text=True, timeout=timeout, cwd=kw.pop("cwd", None), env=kw.pop("env", None), **kw)
+
+
+def runs(db: Path) -> list[dict]:
+    r = run_cli("runs", "--db", str(db), "--json")
+    assert r.code == 0, r.err
+    return r.json()
+
+
+def test_exit_code_passthrough_and_a_complete_run(tmp_path: Path) -> None:
+    db = tmp_path / "s.duckdb"
+    p = gpuscope(db, "run", "--no-analyze", "-q", "--", PY, "-c", "import sys; sys.exit(3)")
+    assert p.returncode == 3, p.stderr
+    (run,) = runs(db)
+    assert run["status"] == "complete" and run["exit_code"] == 3 and run["source"] == "run"
+
+
+def test_unknown_command_exits_2_and_leaves_no_run(tmp_path: Path) -> None:
+    db = tmp_path / "s.duckdb"
+    p = gpuscope(db, "run", "--", "no-such-program-xyz")
+    assert p.returncode == 2 and "no-such-program-xyz" in p.stderr and len(p.stderr.strip().splitlines()) == 1
+    assert not db.exists() or runs(db) == []
+    p = gpuscope(db, "run")
+    assert p.returncode == 2 and "nothing to run" in p.stderr
+
+
+def test_non_python_child_gets_telemetry_only(tmp_path: Path) -> None:
+    db = tmp_path / "s.duckdb"
+    p = gpuscope(db, "run", "--json", "--hz", "20", "--", "sh", "-c", "sleep 0.6; exit 0")
+    assert p.returncode == 0, p.stderr
+    doc = json.loads(p.stdout)
+    assert doc["exit_code"] == 0 and doc["traces"] == [] and doc["windows"] == []
+    (run,) = runs(db)
+    assert run["samples"] >= 5  # host samples at 20 Hz over ~0.6 s
+    assert run["kernels"] == 0 and run["ops"] == 0
+
+
+def test_program_without_torch_pays_nothing(tmp_path: Path) -> None:
+    db = tmp_path / "s.duckdb"
+    code = ("import sys, json; print(json.dumps({'torch': 'torch' in sys.modules, "
+            "'boot': '_gpuscope_boot' in sys.modules, 'site': sys.modules['sitecustomize'].__file__}))")
+    p = gpuscope(db, "run", "--no-analyze", "-q", "--profile-delay", "0", "--", PY, "-c", code)
+    assert p.returncode == 0, p.stderr
+    out = json.loads(p.stdout.strip().splitlines()[0])
+    assert out == {"torch": False, "boot": False, "site": out["site"]}
+    assert out["site"].endswith(os.path.join("_bootstrap", "sitecustomize.py"))
+
+
+def test_bootstrap_chains_to_the_programs_own_sitecustomize(tmp_path: Path) -> None:
+    db = tmp_path / "s.duckdb"
+    own = tmp_path / "own"
+    own.mkdir()
+    (own / "sitecustomize.py").write_text("import os\nos.environ['OWN_SITECUSTOMIZE_RAN'] = 'yes'\n")
+    env = dict(os.environ, PYTHONPATH=str(own))
+    p = gpuscope(db, "run", "--no-analyze", "-q", "--", PY, "-c",
+                 "import os; print(os.environ.get('OWN_SITECUSTOMIZE_RAN'))", env=env)
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.strip().splitlines()[0] == "yes"
+
+
+CHILD_WAITS = """
+import signal, sys, time, pathlib
+out = pathlib.Path(sys.argv[1])
+def on_term(signum, frame):
+    out.write_text(signal.Signals(signum).name)
+    sys.exit(7)
+signal.signal(signal.SIGTERM, on_term)
+try:
+    pathlib.Path(sys.argv[1] + '.ready').write_text('1')
+    time.sleep(60)
+except KeyboardInterrupt:
+    out.write_text('SIGINT')
+    sys.exit(130)
+"""
+
+
+@pytest.mark.parametrize("sig,expect_code,expect_seen", [(signal.SIGTERM, 7, "SIGTERM"), (signal.SIGINT, 130, "SIGINT")])
+def test_signals_are_forwarded_to_the_child(tmp_path: Path, sig: int, expect_code: int, expect_seen: str) -> None:
+    db = tmp_path / "s.duckdb"
+    script = tmp_path / "child.py"
+    script.write_text(CHILD_WAITS)
+    seen = tmp_path / "seen"
+    proc = subprocess.Popen([PY, "-m", "gpuscope", "run", "--db", str(db), "--no-analyze", "-q", "--", PY,
+                             str(script), str(seen)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 60
+    while not Path(str(seen) + ".ready").exists():
+        assert time.monotonic() < deadline and proc.poll() is None, proc.stderr.read() if proc.poll() is not None else ""
+        time.sleep(0.05)
+    proc.send_signal(sig)
+    proc.wait(timeout=60)
+    assert proc.returncode == expect_code, proc.stderr.read()
+    assert seen.read_text() == expect_seen
+    (run,) = runs(db)
+    assert run["status"] == "complete" and run["exit_code"] == expect_code
+
+
+def test_kill_9_of_gpuscope_leaves_an_incomplete_run_that_opens(tmp_path: Path) -> None:
+    db = tmp_path / "s.duckdb"
+    script = tmp_path / "child.py"
+    script.write_text(CHILD_WAITS)
+    seen = tmp_path / "seen"
+    proc = subprocess.Popen([PY, "-m", "gpuscope", "run", "--db", str(db), "--no-analyze", "-q", "--hz", "20", "--",
+                             PY, str(script), str(seen)], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    child_pid = None
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            assert time.monotonic() < deadline, "the run never showed samples"
+            if db.exists() and Path(str(seen) + ".ready").exists():
+                rs = runs(db)
+                if rs and rs[0]["samples"] > 0:
+                    assert rs[0]["status"] == "recording"
+                    break
+            time.sleep(0.2)
+        time.sleep(1.5)
+        before = runs(db)[0]["samples"]
+        out = subprocess.run(["pgrep", "-f", str(script)], capture_output=True, text=True).stdout.split()
+        child_pid = int(out[0]) if out else None
+        proc.kill()
+        proc.wait(timeout=30)
+        (run,) = runs(db)
+        assert run["status"] == "incomplete"
+        assert run["samples"] >= before > 0
+        # a writing command opens the store fine and records the status for good
+        r = run_cli("sql", "--db", str(db), "SELECT status FROM runs", "--json")
+        assert r.code == 0
+        assert gpuscope(db, "run", "--no-analyze", "-q", "--", PY, "-c", "pass").returncode == 0
+        assert run_cli("sql", "--db", str(db), "SELECT status FROM runs ORDER BY id", "--json").json()[0]["status"] \
+            == "incomplete"
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        if child_pid:
+            try:
+                os.kill(child_pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+
+
+TORCH_WORK = """
+import os, sys, time
+import torch
+def work(seconds):
+    # Work until this process's profiler window has closed (it is written to the run
+    # directory's windows.jsonl), so a slow profiler start on a loaded machine still sees ops.
+    a = torch.randn(128, 128)
+    t0 = time.time()
+    log = os.path.join(os.environ['GPUSCOPE_RUN_DIR'], 'windows.jsonl')
+    while time.time() - t0 < seconds:
+        for _ in range(20):
+            a = torch.tanh(a @ a)
+        if os.path.exists(log) and '"pid":%d,' % os.getpid() in open(log).read():
+            break
+if __name__ == '__main__':
+    import multiprocessing as mp
+    ctx = mp.get_context(sys.argv[1])
+    procs = [ctx.Process(target=work, args=(60,)) for _ in range(2)]
+    for p in procs:
+        p.start()
+    work(60)
+    for p in procs:
+        p.join()
+    print('workers', [p.exitcode for p in procs])
+"""
+
+
+@pytest.mark.parametrize("method", ["spawn", "fork"])
+def test_workers_each_leave_a_trace(tmp_path: Path, method: str) -> None:
+    db = tmp_path / "s.duckdb"
+    script = tmp_path / "work.py"
+    script.write_text(TORCH_WORK)
+    p = gpuscope(db, "run", "--json", "--profile-delay", "0.3", "--profile-duration", "0.5", "--", PY, str(script),
+                 method)
+    assert p.returncode == 0, p.stderr
+    doc = json.loads(p.stdout[p.stdout.index("{"):])
+    pids = {w["pid"] for w in doc["windows"]}
+    assert len(pids) == 3, doc["windows"]  # the parent and both workers
+    assert len(doc["traces"]) == 3
+    ops = {o["name"] for o in doc["analysis"]["ops"]}
+    assert {"aten::mm", "aten::tanh"} <= ops
+    ann = run_cli("sql", "--db", str(db), "SELECT count(*) AS n FROM annotations WHERE kind = 'profiler_window'",
+                  "--json").json()
+    assert ann[0]["n"] == 3
+
+
+def test_example_workload_run_records_windows_marks_and_tokens(tmp_path: Path) -> None:
+    db = tmp_path / "s.duckdb"
+    p = gpuscope(db, "run", "--json", "--profile-delay", "0.2", "--profile-duration", "1", "--", PY,
+                 str(REPO / "examples" / "tiny_llm.py"), "--layers", "2", "--d-model", "128", "--new-tokens", "24",
+                 "--prompt-len", "32", "--batch", "2", "--warmup", "0", "--seconds", "4", "--json")
+    assert p.returncode == 0, p.stderr
+    lines = p.stdout.splitlines()
+    workload = json.loads(lines[0])  # the example's own one-line summary comes first
+    doc = json.loads("\n".join(lines[1:]))
+    tele = doc["telemetry"]
+    # tiny_llm marks the prefill (batch x prompt tokens) and every decode step (batch tokens)
+    assert tele["tokens"] == workload["generations"] * (2 * 32 + 2 * 23) and tele["token_source"] == "marks"
+    assert len(doc["windows"]) == 1 and doc["analysis"]["ops"]
+    w = doc["windows"][0]
+    assert 0 < w["end_ns"] - w["start_ns"] <= 60e9
+
+
+def test_profile_api_outside_a_run_writes_a_trace_and_mark_is_a_no_op(tmp_path: Path) -> None:
+    code = f"""
+import torch, gpuscope
+gpuscope.mark('step', tokens=3)
+with gpuscope.profile('block', out_dir={str(tmp_path / 'out')!r}) as w:
+    torch.ones(64, 64) @ torch.ones(64, 64)
+print(w.path)
+"""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GPUSCOPE_")}
+    p = subprocess.run([PY, "-c", code], capture_output=True, text=True, timeout=120, env=env)
+    assert p.returncode == 0, p.stderr
+    path = Path(p.stdout.strip().splitlines()[-1])
+    assert path.exists() and path.parent == tmp_path / "out"
+    r = run_cli("analyze", "--db", str(tmp_path / "s.duckdb"), str(path), "--json")
+    assert r.code == 0 and any(o["name"] == "aten::mm" for o in r.json()["ops"])
