@@ -90,12 +90,12 @@ def device_roofs(con: duckdb.DuckDBPyConnection, run_id: int, roof: str = "spec"
     db = load_specs(specs_path)
     forced = db.find(gpu) if gpu else None
     rows = con.execute(
-        "SELECT device_id, key, kind, vendor, name, spec_key, memory_total_bytes, num_sms, properties "
+        "SELECT device_id, key, kind, vendor, name, spec_key, memory_total_bytes, num_sms, properties, source "
         "FROM devices WHERE run_id = ? ORDER BY device_id",
         [run_id],
     ).fetchall()
     out: dict[int, DeviceRoof] = {}
-    for dev_id, key, kind, vendor, name, spec_key, mem, sms, props in rows:
+    for dev_id, key, kind, vendor, name, spec_key, mem, sms, props, source in rows:
         if kind not in (None, "gpu"):
             out[dev_id] = DeviceRoof(dev_id, key, NO_ROOF, None, False, f"a {kind}, not a GPU gpuscope models")
             continue
@@ -104,7 +104,7 @@ def device_roofs(con: duckdb.DuckDBPyConnection, run_id: int, roof: str = "spec"
             spec, via, exact = forced, "--gpu", True
         else:
             p = _loads(props)
-            if isinstance(p, dict) and p:
+            if source == "trace" and isinstance(p, dict) and p:
                 ident = db.identify_trace_device(p)
             else:
                 ident = db.identify(name=name, memory_bytes=mem, compute_units=sms, vendor=vendor)
@@ -145,6 +145,13 @@ def _measured(con: duckdb.DuckDBPyConnection, spec: Any, spec_roof: Roof) -> tup
 
 
 # --------------------------------------------------------------------------------------------
+
+
+def _work_flops(cost: Any) -> float | None:
+    """The FLOPs the hardware does: for causal attention the unmasked part
+    (``flops_executed``), not the full-matrix count ``flops`` that FlopCounterMode reports."""
+    executed = getattr(cost, "flops_executed", None)
+    return executed if executed is not None else cost.flops
 
 
 def attribute(con: duckdb.DuckDBPyConnection, run_id: int, roofs: dict[int, DeviceRoof]) -> dict[str, Any]:
@@ -194,7 +201,7 @@ def attribute(con: duckdb.DuckDBPyConnection, run_id: int, roofs: dict[int, Devi
         if cost is None or (cost.flops is None and cost.bytes is None):
             continue
         roof = roofs.get(dev)
-        call_verdict[op_id] = classify_cost(cost.flops, cost.bytes, cost.dtype, gpu_us,
+        call_verdict[op_id] = classify_cost(_work_flops(cost), cost.bytes, cost.dtype, gpu_us,
                                             roof.roof if roof else NO_ROOF)
 
     # 3. Every compute kernel row.
@@ -229,8 +236,9 @@ def attribute(con: duckdb.DuckDBPyConnection, run_id: int, roofs: dict[int, Devi
         if v is not None:
             cost, call_us, _ = calls[op_id]
             share = dur_us / call_us if call_us > 0 else 0.0
-            if cost.flops is not None:
-                k["flops"] += cost.flops * share
+            work = _work_flops(cost)
+            if work is not None:
+                k["flops"] += work * share
                 k["has_flops"] = True
             if cost.bytes is not None:
                 k["bytes"] += cost.bytes * share
@@ -274,8 +282,9 @@ def attribute(con: duckdb.DuckDBPyConnection, run_id: int, roofs: dict[int, Devi
         roof = roofs.get(dev)
         entry: dict[str, Any] = {"flops": None, "bytes": None, "dtype": None, "model": None, "kind": None}
         if cost is not None:
-            entry.update(flops=cost.flops, bytes=cost.bytes, dtype=cost.dtype, model=cost.model, kind=cost.kind)
-            v = classify_cost(cost.flops, cost.bytes, cost.dtype, g["gpu_us"], roof.roof if roof else NO_ROOF,
+            entry.update(flops=cost.flops, bytes=cost.bytes, dtype=cost.dtype, model=cost.model, kind=cost.kind,
+                         flops_executed=getattr(cost, "flops_executed", None))
+            v = classify_cost(_work_flops(cost), cost.bytes, cost.dtype, g["gpu_us"], roof.roof if roof else NO_ROOF,
                               calls=g["count"])
         else:
             v = Verdict("unknown", "none", "no cost model for this op")

@@ -57,6 +57,9 @@ class Roof:
         if dtype is None:
             return None
         value = self.peak_flops_per_s.get(dtype)
+        if not value and dtype == "tf32":
+            # GPUs without TF32 matrix units (MI250, RDNA) run "TF32" work at the FP32 rate
+            value = self.peak_flops_per_s.get("fp32")
         return float(value) if value else None
 
     def ridge(self, dtype: str | None) -> float | None:

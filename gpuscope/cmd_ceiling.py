@@ -1,20 +1,123 @@
-"""`gpuscope ceiling` (work in progress)."""
+"""`gpuscope ceiling`: decode speed-of-light for a model size on a GPU, and a verdict on a claimed tokens/s."""
 from __future__ import annotations
 
 import argparse
 
-from .errors import GpuscopeError
-
-HELP = "ceiling (not implemented yet)"
-DESCRIPTION = HELP
-NEEDS_DB = True
+HELP = "decode speed-of-light for a model on a GPU; judges a claimed tokens/s"
+DESCRIPTION = (
+    "The most decode tokens/s a GPU can deliver: each step reads the weights once plus the KV cache of every "
+    "sequence, so tokens/s per sequence <= memory bandwidth / bytes per step (and <= peak FLOP/s / (2 x params "
+    "x batch)). Example: gpuscope ceiling --gpu mi300x --params 70B --dtype fp16 --claimed-tps 314. "
+    "Counts accept 70e9, 70B, 7.5M, 1.5T. Arithmetic and sources: docs/specs.md."
+)
+NEEDS_DB = False
 REPORTS = True
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Add this command's arguments to its sub-parser."""
+    parser.add_argument("--gpu", required=True, help="spec key or any listed name (mi300x, h100-sxm, 'NVIDIA H100 80GB HBM3')")
+    size = parser.add_argument_group("model size (--params with --dtype, or --model-bytes)")
+    size.add_argument("--params", metavar="N", help="parameter count: 70e9, 70B, 7.5M, 1.5T")
+    size.add_argument("--dtype", help="weight dtype: fp32, fp16, bf16, fp8, int8, int4, fp4 (bytes per parameter)")
+    size.add_argument("--model-bytes", metavar="BYTES", help="weight bytes instead of params x dtype: 140e9, 140GB, 130GiB")
+    run = parser.add_argument_group("decoding")
+    run.add_argument("--batch", default="1", metavar="N", help="sequences decoded together (default 1)")
+    run.add_argument("--context", default="0", metavar="TOKENS",
+                     help="tokens in each sequence's KV cache (default 0; k = 1000, write 8192 for 8Ki)")
+    run.add_argument("--gpus", default="1", metavar="N",
+                     help="GPUs sharing the model with tensor parallelism (default 1; communication ignored)")
+    kv = parser.add_argument_group("KV cache (needed with --context)")
+    kv.add_argument("--kv-bytes-per-token", metavar="BYTES", help="KV-cache bytes per token, all layers")
+    kv.add_argument("--layers", metavar="N", help="transformer layers")
+    kv.add_argument("--kv-heads", metavar="N", help="KV heads per layer (GQA groups)")
+    kv.add_argument("--head-dim", metavar="N", help="dimension of one head")
+    kv.add_argument("--kv-dtype", help="KV-cache dtype (default: --dtype)")
+    roof = parser.add_argument_group("roof and claim")
+    roof.add_argument("--bandwidth-fraction", default="1.0", metavar="F",
+                      help="fraction of spec bandwidth to assume (default 1.0; measured HBM is typically 0.75-0.9)")
+    roof.add_argument("--compute-dtype", help="dtype of the matmul peak for the compute bound (default: from --dtype)")
+    roof.add_argument("--claimed-tps", metavar="TOKENS_PER_S", help="a claimed decode speed to judge")
+    roof.add_argument("--claim-aggregate", action="store_true",
+                      help="the claim is the total over the batch (default: per sequence)")
+    parser.add_argument("--specs", metavar="FILE", help="extra/overriding GPU spec entries (default: $GPUSCOPE_SPECS)")
+
+
+def _int(text: str, what: str) -> int:
+    from .analyzers.ceiling import parse_count
+    from .errors import InputError
+
+    v = parse_count(text, what)
+    if v != int(v):
+        raise InputError(what, f"'{text}' is not a whole number")
+    return int(v)
+
+
+def _float(text: str, what: str) -> float:
+    from .errors import InputError
+
+    try:
+        v = float(text)
+    except ValueError:
+        raise InputError(what, f"'{text}' is not a number") from None
+    if v != v or v in (float("inf"), float("-inf")):
+        raise InputError(what, f"'{text}' is not a finite number")
+    return v
 
 
 def run(args: argparse.Namespace) -> int:
     """Run the command; returns the exit code."""
-    raise GpuscopeError("not implemented yet")
+    from .analyzers.ceiling import decode_ceiling, parse_bytes, parse_count
+    from .cli import print_json
+    from .specs import load_specs
+
+    db = load_specs(args.specs)
+    spec = db.find(args.gpu)
+    opt = (lambda v, what, f: None if v is None else f(v, what))
+    result = decode_ceiling(
+        spec,
+        params=opt(args.params, "--params", parse_count),
+        dtype=args.dtype,
+        model_bytes=opt(args.model_bytes, "--model-bytes", parse_bytes),
+        batch=_int(args.batch, "--batch"),
+        context=_int(args.context, "--context"),
+        kv_bytes_per_token_given=opt(args.kv_bytes_per_token, "--kv-bytes-per-token", parse_bytes),
+        layers=opt(args.layers, "--layers", _int),
+        kv_heads=opt(args.kv_heads, "--kv-heads", _int),
+        head_dim=opt(args.head_dim, "--head-dim", _int),
+        kv_dtype=args.kv_dtype,
+        bandwidth_fraction=_float(args.bandwidth_fraction, "--bandwidth-fraction"),
+        compute_dtype=args.compute_dtype,
+        num_gpus=_int(args.gpus, "--gpus"),
+        claimed_tokens_per_s=opt(args.claimed_tps, "--claimed-tps", parse_count),
+        claim_aggregate=args.claim_aggregate,
+        db=db,
+    )
+    if args.json:
+        print_json(result.to_json())
+    else:
+        print(render(result))
+    return 0
+
+
+def render(result: object) -> str:
+    """The text report: the arithmetic line by line, then the notes."""
+    from .analyzers.ceiling import CeilingResult
+
+    assert isinstance(result, CeilingResult)
+    r = result
+    head = f"decode ceiling: {r.gpu_name} ({r.gpu})"
+    if r.num_gpus > 1:
+        head += f" × {r.num_gpus}"
+    head += f", batch {r.batch}, context {r.context} tokens"
+    out = [head]
+    width = max(len(k) for k, _ in r.explanation)
+    for k, v in r.explanation:
+        out.append(f"  {k:<{width}}  {v}")
+    if r.verdict:
+        out.append("")
+        out.append(f"verdict: {r.verdict.upper()}")
+    if r.notes:
+        out.append("")
+        out.extend(f"note: {n}" for n in r.notes)
+    return "\n".join(out)
