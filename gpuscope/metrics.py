@@ -24,6 +24,9 @@ class Metric:
     otel_name: str
     otel_unit: str
     kind: str = "gauge"
+    scope: str = "gpu"
+    """``gpu``: filled on GPU rows (a GPU, a MIG instance, an AMD partition); ``host``: filled
+    on the host's row (device kind ``host``). The other rows leave the column NULL."""
 
 
 METRICS: tuple[Metric, ...] = (
@@ -47,6 +50,22 @@ METRICS: tuple[Metric, ...] = (
     Metric("dram_bw_util", "DOUBLE", "Fraction of peak DRAM bandwidth used (NVML GPM)", "gpuscope.gpu.dram.bandwidth_utilization", "1"),
     Metric("xgmi_nvlink_tx_bytes_per_s", "DOUBLE", "GPU-GPU link (NVLink / XGMI) transmit throughput", "gpuscope.gpu.link.io", "By/s"),
     Metric("fan_speed", "DOUBLE", "Fan speed as a fraction of maximum", "gpuscope.gpu.fan.speed", "1"),
+    # Schema version 3 (telemetry collectors). New metrics go at the end, each with a
+    # migration step in store.py that adds its column.
+    Metric("xgmi_nvlink_rx_bytes_per_s", "DOUBLE", "GPU-GPU link (NVLink / XGMI) receive throughput", "gpuscope.gpu.link.io", "By/s"),
+    Metric("pcie_bytes_per_s", "DOUBLE", "PCIe throughput, both directions (AMD reports only this; NVIDIA: tx + rx)", "gpuscope.gpu.pcie.io", "By/s"),
+    Metric("power_limit_w", "DOUBLE", "Enforced board / socket power limit", "gpuscope.gpu.power.limit", "W"),
+    Metric("proc_gpu_mem_bytes", "BIGINT", "Device memory used by the watched processes (the wrapped command's process tree)", "gpuscope.gpu.process.memory.usage", "By"),
+    Metric("proc_gpu_util", "DOUBLE", "SM / gfx utilisation attributed to the watched processes (NVML per-process SM util; AMD gfx engine time)", "gpuscope.gpu.process.utilization", "1"),
+    Metric("host_cpu_util", "DOUBLE", "Fraction of all host CPU time that was busy since the previous tick", "system.cpu.utilization", "1", scope="host"),
+    Metric("host_mem_used_bytes", "BIGINT", "Host memory in use (total minus available)", "system.memory.usage", "By", scope="host"),
+    Metric("host_mem_total_bytes", "BIGINT", "Host memory size", "system.memory.limit", "By", scope="host"),
+    Metric("proc_cpu_cores", "DOUBLE", "CPU seconds per second used by the watched process tree (1.0 = one core busy)", "gpuscope.process.cpu.cores", "{cpu}", scope="host"),
+    Metric("proc_rss_bytes", "BIGINT", "Resident memory of the watched process tree, summed over its processes", "process.memory.usage", "By", scope="host"),
+    Metric("proc_count", "INTEGER", "Processes in the watched process tree", "gpuscope.process.count", "{process}", scope="host"),
 )
 
 METRIC_NAMES: tuple[str, ...] = tuple(m.name for m in METRICS)
+GPU_METRIC_NAMES: tuple[str, ...] = tuple(m.name for m in METRICS if m.scope == "gpu")
+HOST_METRIC_NAMES: tuple[str, ...] = tuple(m.name for m in METRICS if m.scope == "host")
+METRICS_BY_NAME: dict[str, Metric] = {m.name: m for m in METRICS}

@@ -1,0 +1,798 @@
+"""NVIDIA telemetry through NVML (``nvidia-ml-py``, module ``pynvml``).
+
+Per tick and device: one batched ``nvmlDeviceGetFieldValues`` call (power instant/average,
+energy, memory temperature, power limit, PCIe and NVLink byte counters; each value has its own
+timestamp and status), a handful of cheap getters (utilisation, memory, temperature, clocks,
+throttle reasons, fan), GPM on Hopper and newer (SM active, occupancy, tensor activity, DRAM
+bandwidth utilisation; no profiling lock), and at most once a second the per-process memory
+and SM utilisation of the watched pids. What each device supports is probed once in
+``open()``; afterwards an unsupported read is None and reported once.
+
+MIG instances are reported as devices of kind ``mig`` (memory, and GPM activity on Hopper);
+a GPU that falls off the bus (``NVML_ERROR_GPU_IS_LOST``) is marked lost and the others go on.
+
+``pynvml`` is imported inside :meth:`NvmlCollector.open`, so this module imports anywhere.
+"""
+from __future__ import annotations
+
+import time
+import warnings
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from types import ModuleType
+from typing import Any
+
+from .base import (
+    GPU_METRIC_NAMES,
+    Collector,
+    CollectorUnavailable,
+    DeviceInfo,
+    ProcessSample,
+    Sample,
+    VendorStatus,
+    now_ns,
+    percent_to_ratio,
+)
+
+__all__ = ["NvmlCollector", "import_pynvml", "nvml_error_reason"]
+
+INSTALL_HINT = "nvidia-ml-py not installed (pip install 'gpuscope[nvidia]')"
+
+# NVML return codes (pynvml.NVML_ERROR_*), fixed by the C API.
+_NOT_SUPPORTED = 3
+_NO_PERMISSION = 4
+_NOT_FOUND = 6
+_DRIVER_NOT_LOADED = 9
+_LIBRARY_NOT_FOUND = 12
+_FUNCTION_NOT_FOUND = 13
+_GPU_IS_LOST = 15
+_RESET_REQUIRED = 16
+_LIB_RM_VERSION_MISMATCH = 18
+_GPU_NOT_FOUND = 28
+_LOST_CODES = frozenset({_GPU_IS_LOST, _RESET_REQUIRED, _GPU_NOT_FOUND})
+#: codes that mean "this device will never give this value": drop the read from the plan
+_PERMANENT_CODES = frozenset({_NOT_SUPPORTED, _NO_PERMISSION, _FUNCTION_NOT_FOUND, 2})
+
+# Field ids (pynvml.NVML_FI_DEV_*), fixed by the C API.
+FI_MEMORY_TEMP = 82
+FI_TOTAL_ENERGY_CONSUMPTION = 83  # mJ since driver load
+FI_NVLINK_LINK_COUNT = 91
+FI_NVLINK_THROUGHPUT_DATA_TX = 138  # KiB counter, scope = link
+FI_NVLINK_THROUGHPUT_DATA_RX = 139
+FI_POWER_AVERAGE = 185  # mW
+FI_POWER_INSTANT = 186  # mW
+FI_POWER_CURRENT_LIMIT = 190  # mW
+FI_PCIE_COUNT_TX_BYTES = 197  # byte counter
+FI_PCIE_COUNT_RX_BYTES = 198
+
+# GPM metric ids (pynvml.NVML_GPM_METRIC_*); values are percent unless stated.
+GPM_SM_UTIL = 2
+GPM_SM_OCCUPANCY = 3
+GPM_ANY_TENSOR_UTIL = 5
+GPM_DRAM_BW_UTIL = 10
+GPM_PCIE_TX_PER_SEC = 20  # MiB/s
+GPM_PCIE_RX_PER_SEC = 21
+GPM_NVLINK_TOTAL_RX_PER_SEC = 60  # MiB/s
+GPM_NVLINK_TOTAL_TX_PER_SEC = 61
+
+ARCH_HOPPER = 9
+_ARCH_NAMES = {2: "Kepler", 3: "Maxwell", 4: "Pascal", 5: "Volta", 6: "Turing", 7: "Ampere", 8: "Ada",
+               9: "Hopper", 10: "Blackwell"}
+
+_MIB = 1024 * 1024
+_KIB = 1024
+
+
+def import_pynvml() -> ModuleType:
+    """Import ``pynvml`` (from nvidia-ml-py) or raise :class:`CollectorUnavailable` saying why."""
+    try:
+        with warnings.catch_warnings():
+            # the deprecated `pynvml` PyPI package warns on import; nvidia-ml-py does not
+            warnings.simplefilter("ignore")
+            import pynvml  # type: ignore[import-not-found]
+    except ImportError:
+        raise CollectorUnavailable("nvidia", INSTALL_HINT) from None
+    except Exception as exc:  # a broken install
+        raise CollectorUnavailable("nvidia", f"pynvml failed to import ({type(exc).__name__}: {exc})") from None
+    if not hasattr(pynvml, "nvmlInit"):
+        raise CollectorUnavailable(
+            "nvidia", "the installed 'pynvml' module is not nvidia-ml-py (no nvmlInit): pip install nvidia-ml-py")
+    return pynvml
+
+
+def _code(exc: BaseException) -> int | None:
+    v = getattr(exc, "value", None)
+    return v if isinstance(v, int) else None
+
+
+def nvml_error_reason(exc: BaseException) -> str:
+    """A user-facing reason for an NVML error (init or a read)."""
+    code = _code(exc)
+    if code == _LIBRARY_NOT_FOUND:
+        return "NVML library (libnvidia-ml.so.1) not found: no NVIDIA driver installed"
+    if code == _DRIVER_NOT_LOADED:
+        return "NVML: NVIDIA driver not loaded"
+    if code == _NO_PERMISSION:
+        return "no permission (NVML: Insufficient Permissions)"
+    if code == _LIB_RM_VERSION_MISMATCH:
+        return "NVML/driver version mismatch: the driver was upgraded without reloading the kernel module (reboot)"
+    if code == _NOT_SUPPORTED:
+        return "not supported by this GPU"
+    if code == _FUNCTION_NOT_FOUND:
+        return "not in this driver's NVML (function not found; nvidia-ml-py newer than the driver)"
+    if code == _GPU_IS_LOST:
+        return "GPU is lost (fell off the bus)"
+    if code == 2:
+        return "not available on this device (invalid argument, e.g. in MIG mode)"
+    if type(exc).__name__ == "NVMLLibraryMismatchError":
+        return "nvidia-ml-py newer than the driver's NVML (library mismatch)"
+    name = type(exc).__name__
+    return f"{name}: {exc}" if code is None else f"NVML error {code}: {exc}"
+
+
+class _Lost(Exception):
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+@dataclass
+class _Read:
+    """One getter in a device's plan: ``fn(handle)`` -> dict of metric values."""
+
+    metrics: tuple[str, ...]
+    fn: Callable[[Any], dict[str, float | int | None]]
+    every_s: float = 0.0  # 0: every tick
+    last_mono: float = -1e18
+
+
+@dataclass
+class _Gpu:
+    info: DeviceInfo
+    handle: Any
+    parent_handle: Any = None
+    gpu_instance_id: int | None = None
+    fields: list[tuple[int, int] | int] = field(default_factory=list)
+    field_metric: dict[tuple[int, int], str] = field(default_factory=dict)
+    reads: list[_Read] = field(default_factory=list)
+    gpm_ids: dict[int, str] = field(default_factory=dict)
+    gpm_samples: list[Any] = field(default_factory=list)
+    gpm_last_mono: float = 0.0
+    gpm_have_prev: bool = False
+    counters: dict[str, tuple[float, int]] = field(default_factory=dict)  # name -> (value, ts_ns)
+    proc_reads: bool = False
+    proc_util: bool = False
+    proc_last_mono: float = -1e18
+    proc_last_seen_us: int = 0
+    lost: bool = False
+
+
+class NvmlCollector(Collector):
+    """NVIDIA GPUs through NVML.
+
+    ``nvml`` injects a pynvml-compatible module (tests pass a fake one); by default
+    ``pynvml`` is imported in :meth:`open`. ``process_interval_s`` paces the per-process
+    queries (enumerating processes costs milliseconds in the driver); ``gpm_min_interval_s``
+    is the shortest GPM window (GPM needs about 100 ms between its two samples).
+    """
+
+    source = "nvidia"
+    min_interval_s = 0.01
+
+    def __init__(self, nvml: ModuleType | Any | None = None, *, gpm: bool = True,
+                 process_interval_s: float = 1.0, gpm_min_interval_s: float = 0.1,
+                 pcie_fallback_interval_s: float = 1.0) -> None:
+        super().__init__()
+        self._mod_override = nvml
+        self.nvml: Any = None
+        self.use_gpm = gpm
+        self.process_interval_s = process_interval_s
+        self.gpm_min_interval_s = gpm_min_interval_s
+        self.pcie_fallback_interval_s = pcie_fallback_interval_s
+        self.driver_version: str | None = None
+        self._gpus: list[_Gpu] = []
+        self._pids: frozenset[int] = frozenset()
+        self._initialised = False
+
+    # ------------------------------------------------------------------ open / probe
+    def _open(self) -> list[DeviceInfo]:
+        mod = self._mod_override if self._mod_override is not None else import_pynvml()
+        self.nvml = mod
+        try:
+            mod.nvmlInit()
+        except Exception as exc:
+            raise CollectorUnavailable("nvidia", nvml_error_reason(exc)) from None
+        self._initialised = True
+        try:
+            self.driver_version = _s(mod.nvmlSystemGetDriverVersion())
+        except Exception:
+            self.driver_version = None
+        try:
+            count = int(mod.nvmlDeviceGetCount())
+        except Exception as exc:
+            self._shutdown()
+            raise CollectorUnavailable("nvidia", nvml_error_reason(exc)) from None
+        if count == 0:
+            self._shutdown()
+            raise CollectorUnavailable("nvidia", "NVML found no NVIDIA GPU (driver loaded, 0 devices)")
+        devices: list[DeviceInfo] = []
+        for i in range(count):
+            for g in self._open_gpu(i):
+                self._gpus.append(g)
+                devices.append(g.info)
+        self.status = VendorStatus("nvidia", True, "nvml",
+                                   details={"driver_version": self.driver_version, "gpus": count})
+        return devices
+
+    def _open_gpu(self, index: int) -> list[_Gpu]:
+        mod = self.nvml
+        key = f"gpu{index}"
+        try:
+            h = mod.nvmlDeviceGetHandleByIndex(index)
+        except Exception as exc:
+            reason = nvml_error_reason(exc)
+            info = DeviceInfo(key=key, vendor="nvidia", index=index, lost=_code(exc) in _LOST_CODES,
+                              unsupported={m: reason for m in GPU_METRIC_NAMES},
+                              properties={"error": reason})
+            return [_Gpu(info=info, handle=None, lost=True)]
+        info = DeviceInfo(key=key, vendor="nvidia", index=index)
+        info.name = _try(lambda: _s(mod.nvmlDeviceGetName(h)))
+        info.uuid = _try(lambda: _s(mod.nvmlDeviceGetUUID(h)))
+        pci = _try(lambda: mod.nvmlDeviceGetPciInfo(h))
+        if pci is not None:
+            info.pci_bus_id = _s(getattr(pci, "busId", None))
+            dev_id = getattr(pci, "pciDeviceId", None)
+            if isinstance(dev_id, int):
+                info.pci_device_id = f"0x{(dev_id >> 16) & 0xFFFF:04x}"
+        cc = _try(lambda: mod.nvmlDeviceGetCudaComputeCapability(h))
+        if cc:
+            info.compute_capability = f"{cc[0]}.{cc[1]}"
+        arch = _try(lambda: int(mod.nvmlDeviceGetArchitecture(h)))
+        mem = _try(lambda: mod.nvmlDeviceGetMemoryInfo(h))
+        if mem is not None:
+            info.memory_total_bytes = int(mem.total)
+        info.warp_size = 32
+        info.properties.update({"architecture": _ARCH_NAMES.get(arch, arch) if arch is not None else None,
+                                "driver_version": self.driver_version})
+        mig = _try(lambda: mod.nvmlDeviceGetMigMode(h))
+        mig_on = bool(mig and mig[0] == 1)
+        info.properties["mig_mode"] = None if mig is None else ("enabled" if mig_on else "disabled")
+        gpu = _Gpu(info=info, handle=h)
+        gpm_ok, gpm_reason = self._gpm_support(h, arch)
+        if not self._probe_or_lose(gpu, gpm_ok, gpm_reason, mig_on=mig_on):
+            return [gpu]
+        out = [gpu]
+        if mig_on:
+            out.extend(self._open_migs(gpu, gpm_ok, gpm_reason))
+        return out
+
+    def _gpm_support(self, h: Any, arch: int | None) -> tuple[bool, str]:
+        mod = self.nvml
+        if not self.use_gpm:
+            return False, "GPM disabled"
+        if arch is not None and arch < ARCH_HOPPER:
+            return False, f"needs GPM (Hopper or newer; this GPU is {_ARCH_NAMES.get(arch, arch)})"
+        if not hasattr(mod, "nvmlGpmQueryDeviceSupport"):
+            return False, "needs GPM: nvidia-ml-py too old (no nvmlGpmQueryDeviceSupport)"
+        try:
+            sup = mod.nvmlGpmQueryDeviceSupport(h)
+        except Exception as exc:
+            return False, f"needs GPM ({nvml_error_reason(exc)})"
+        if not getattr(sup, "isSupportedDevice", 0):
+            return False, "needs GPM (not supported by this GPU)"
+        return True, ""
+
+    def _probe_or_lose(self, gpu: _Gpu, gpm_ok: bool, gpm_reason: str, mig_on: bool = False,
+                       is_mig: bool = False) -> bool:
+        """Probe ``gpu``; a GPU lost while probing is marked lost (False), never raised."""
+        try:
+            self._probe(gpu, gpm_ok, gpm_reason, mig_on=mig_on, is_mig=is_mig)
+            return True
+        except _Lost as lost:
+            reason = lost.reason
+        except Exception as exc:
+            if _code(exc) not in _LOST_CODES:
+                raise
+            reason = nvml_error_reason(exc)
+        gpu.lost = gpu.info.lost = True
+        gpu.info.supported = ()
+        gpu.info.unsupported = {m: reason for m in GPU_METRIC_NAMES}
+        gpu.info.properties["error"] = reason
+        return False
+
+    def _probe(self, gpu: _Gpu, gpm_ok: bool, gpm_reason: str, mig_on: bool = False,
+               is_mig: bool = False) -> None:
+        """Decide once which reads this device supports; fill supported/unsupported."""
+        mod, h, info = self.nvml, gpu.handle, gpu.info
+        unsupported: dict[str, str] = {}
+        supported: set[str] = set()
+
+        # 1. field values, batched
+        wanted: list[tuple[tuple[int, int], str]] = [
+            ((FI_POWER_AVERAGE, 0), "power_w"),
+            ((FI_POWER_INSTANT, 0), "power_instant_w"),
+            ((FI_TOTAL_ENERGY_CONSUMPTION, 0), "energy_j"),
+            ((FI_MEMORY_TEMP, 0), "mem_temp_c"),
+            ((FI_POWER_CURRENT_LIMIT, 0), "power_limit_w"),
+            ((FI_PCIE_COUNT_TX_BYTES, 0), "_pcie_tx"),
+            ((FI_PCIE_COUNT_RX_BYTES, 0), "_pcie_rx"),
+        ]
+        field_errors: dict[str, str] = {}
+        nvlinks = 0
+        nvlink_reason = "no NVLink on this GPU"
+        if not is_mig:
+            try:
+                (lc,) = mod.nvmlDeviceGetFieldValues(h, [FI_NVLINK_LINK_COUNT])
+                if lc.nvmlReturn == 0:
+                    nvlinks = int(_fv_value(lc) or 0)
+                else:
+                    nvlink_reason = nvml_error_reason(_Err(lc.nvmlReturn))
+            except Exception as exc:
+                nvlink_reason = nvml_error_reason(exc)
+        for link in range(nvlinks):
+            wanted.append(((FI_NVLINK_THROUGHPUT_DATA_TX, link), f"_nvl_tx{link}"))
+            wanted.append(((FI_NVLINK_THROUGHPUT_DATA_RX, link), f"_nvl_rx{link}"))
+        try:
+            vals = mod.nvmlDeviceGetFieldValues(h, [fid for fid, _ in wanted])
+            for (fid, name), fv in zip(wanted, vals):
+                if fv.nvmlReturn == 0:
+                    gpu.fields.append(fid)
+                    gpu.field_metric[fid] = name
+                else:
+                    field_errors[name] = nvml_error_reason(_Err(fv.nvmlReturn))
+        except Exception as exc:
+            reason = nvml_error_reason(exc)
+            field_errors = {name: reason for _, name in wanted}
+        fm = set(gpu.field_metric.values())
+        supported |= {m for m in fm if not m.startswith("_")}
+
+        # 2. getters
+        def add(metrics: tuple[str, ...], fn: Callable[[Any], dict[str, Any]], every_s: float = 0.0) -> bool:
+            try:
+                got = fn(h)
+            except Exception as exc:
+                code = _code(exc)
+                if code in _LOST_CODES:
+                    raise _Lost(nvml_error_reason(exc)) from None
+                if code is not None and code not in _PERMANENT_CODES:
+                    # transient (timeout, unknown): keep the read, say so once
+                    self._degrade(info.key, "/".join(metrics), nvml_error_reason(exc), phase="probe")
+                    gpu.reads.append(_Read(metrics, fn, every_s))
+                    supported.update(metrics)
+                    return True
+                for m in metrics:
+                    unsupported.setdefault(m, nvml_error_reason(exc))
+                return False
+            ok = tuple(m for m in metrics if got.get(m) is not None)
+            for m in metrics:
+                if m not in ok:
+                    unsupported.setdefault(m, "not reported by this GPU")
+            if ok:
+                gpu.reads.append(_Read(ok, fn, every_s))
+                supported.update(ok)
+            return bool(ok)
+
+        if True:
+            add(("gpu_util", "mem_util"), lambda h: _util(mod, h))
+            add(("mem_used_bytes", "mem_total_bytes"), lambda h: _mem(mod, h))
+            add(("temp_c",), lambda h: {"temp_c": float(mod.nvmlDeviceGetTemperature(h, 0))})
+            add(("sm_clock_mhz",), lambda h: {"sm_clock_mhz": float(mod.nvmlDeviceGetClockInfo(h, 1))})
+            add(("mem_clock_mhz",), lambda h: {"mem_clock_mhz": float(mod.nvmlDeviceGetClockInfo(h, 2))})
+            add(("throttle_reasons",), lambda h: {"throttle_reasons": int(_throttle_fn(mod)(h))})
+            add(("fan_speed",), lambda h: {"fan_speed": percent_to_ratio(mod.nvmlDeviceGetFanSpeed(h))})
+            # fallbacks for what the field values did not give
+            if "power_w" not in supported:
+                add(("power_w",), lambda h: {"power_w": mod.nvmlDeviceGetPowerUsage(h) / 1000.0})
+            if "energy_j" not in supported:
+                add(("energy_j",), lambda h: {"energy_j": mod.nvmlDeviceGetTotalEnergyConsumption(h) / 1000.0})
+            if "power_limit_w" not in supported:
+                add(("power_limit_w",), lambda h: {"power_limit_w": mod.nvmlDeviceGetEnforcedPowerLimit(h) / 1000.0})
+        for name in ("power_instant_w", "mem_temp_c"):
+            if name not in supported:
+                unsupported.setdefault(name, field_errors.get(name, "not supported by this GPU"))
+
+        # 3. GPM (Hopper+): SM / tensor / DRAM activity, and PCIe / NVLink rates when the
+        # counters above are missing
+        gpm_map = {GPM_SM_UTIL: "sm_active", GPM_SM_OCCUPANCY: "sm_occupancy",
+                   GPM_ANY_TENSOR_UTIL: "tensor_active", GPM_DRAM_BW_UTIL: "dram_bw_util"}
+        pcie_counters = "_pcie_tx" in fm and "_pcie_rx" in fm
+        nvl_counters = any(m.startswith("_nvl_") for m in fm)
+        if gpm_ok and not mig_on:
+            if not pcie_counters and not is_mig:
+                gpm_map.update({GPM_PCIE_TX_PER_SEC: "pcie_tx_bytes_per_s", GPM_PCIE_RX_PER_SEC: "pcie_rx_bytes_per_s"})
+            if not nvl_counters and not is_mig:
+                gpm_map.update({GPM_NVLINK_TOTAL_TX_PER_SEC: "xgmi_nvlink_tx_bytes_per_s",
+                                GPM_NVLINK_TOTAL_RX_PER_SEC: "xgmi_nvlink_rx_bytes_per_s"})
+            try:
+                gpu.gpm_samples = [mod.nvmlGpmSampleAlloc(), mod.nvmlGpmSampleAlloc()]
+                self._gpm_get(gpu, gpu.gpm_samples[0])
+                gpu.gpm_have_prev = True
+                gpu.gpm_last_mono = time.monotonic()
+                gpu.gpm_ids = gpm_map
+                supported.update(gpm_map.values())
+            except Exception as exc:
+                gpm_reason = f"needs GPM ({nvml_error_reason(exc)})"
+                gpu.gpm_ids = {}
+        elif gpm_ok and mig_on:
+            gpm_reason = "GPM is read per MIG instance while MIG is enabled"
+        for m in ("sm_active", "sm_occupancy", "tensor_active", "dram_bw_util"):
+            if m not in supported:
+                unsupported[m] = gpm_reason or "not supported by this GPU"
+
+        # 4. PCIe / NVLink rates
+        if pcie_counters:
+            supported |= {"pcie_tx_bytes_per_s", "pcie_rx_bytes_per_s", "pcie_bytes_per_s"}
+        elif "pcie_tx_bytes_per_s" in supported:
+            supported.add("pcie_bytes_per_s")
+        elif not is_mig:
+            # nvmlDeviceGetPcieThroughput blocks ~20 ms per direction: only at a slow pace
+            if add(("pcie_tx_bytes_per_s", "pcie_rx_bytes_per_s", "pcie_bytes_per_s"),
+                   lambda h: _pcie_throughput(mod, h), every_s=self.pcie_fallback_interval_s):
+                info.properties["pcie_sampled_every_s"] = self.pcie_fallback_interval_s
+        if nvl_counters:
+            supported |= {"xgmi_nvlink_tx_bytes_per_s", "xgmi_nvlink_rx_bytes_per_s"}
+        for m in ("pcie_tx_bytes_per_s", "pcie_rx_bytes_per_s", "pcie_bytes_per_s"):
+            if m not in supported:
+                unsupported.setdefault(m, field_errors.get("_pcie_tx", "not supported by this GPU"))
+        for m in ("xgmi_nvlink_tx_bytes_per_s", "xgmi_nvlink_rx_bytes_per_s"):
+            if m not in supported:
+                unsupported.setdefault(m, nvlink_reason if nvlinks == 0 else "not supported by this GPU")
+
+        # 5. per-process memory and SM utilisation (only filled while pids are watched)
+        try:
+            _running_processes(mod, h)
+            gpu.proc_reads = True
+            supported.add("proc_gpu_mem_bytes")
+            if mig_on or is_mig:
+                info.properties["process_memory_note"] = "NVML reports no per-process memory in MIG mode"
+        except Exception as exc:
+            if _code(exc) in _LOST_CODES:
+                raise _Lost(nvml_error_reason(exc)) from None
+            unsupported["proc_gpu_mem_bytes"] = unsupported["proc_gpu_util"] = nvml_error_reason(exc)
+        if gpu.proc_reads:
+            try:
+                mod.nvmlDeviceGetProcessUtilization(h, time.time_ns() // 1000 - 1_000_000)
+                gpu.proc_util = True
+            except Exception as exc:
+                if _code(exc) in _LOST_CODES:
+                    raise _Lost(nvml_error_reason(exc)) from None
+                gpu.proc_util = _code(exc) == _NOT_FOUND  # NotFound: no samples yet, but supported
+                if not gpu.proc_util:
+                    unsupported["proc_gpu_util"] = nvml_error_reason(exc)
+            if gpu.proc_util:
+                supported.add("proc_gpu_util")
+
+        info.supported = tuple(m for m in GPU_METRIC_NAMES if m in supported)
+        info.unsupported = {m: unsupported.get(m, "not supported by this GPU")
+                            for m in GPU_METRIC_NAMES if m not in supported}
+
+    def _open_migs(self, parent: _Gpu, gpm_ok: bool, gpm_reason: str) -> list[_Gpu]:
+        mod, h = self.nvml, parent.handle
+        out: list[_Gpu] = []
+        try:
+            n = int(mod.nvmlDeviceGetMaxMigDeviceCount(h))
+        except Exception as exc:
+            parent.info.properties["mig_error"] = nvml_error_reason(exc)
+            self._degrade(parent.info.key, None, f"MIG instances not listed: {nvml_error_reason(exc)}", phase="probe")
+            return out
+        for j in range(n):
+            try:
+                mh = mod.nvmlDeviceGetMigDeviceHandleByIndex(h, j)
+            except Exception as exc:
+                if _code(exc) != _NOT_FOUND:
+                    self._degrade(parent.info.key, None, f"MIG slot {j}: {nvml_error_reason(exc)}", phase="probe")
+                continue
+            key = f"{parent.info.key}/mig{j}"
+            info = DeviceInfo(key=key, vendor="nvidia", kind="mig", parent=parent.info.key,
+                              index=parent.info.index, pci_bus_id=parent.info.pci_bus_id,
+                              pci_device_id=parent.info.pci_device_id,
+                              compute_capability=parent.info.compute_capability, warp_size=32)
+            info.name = _try(lambda: _s(mod.nvmlDeviceGetName(mh)))
+            info.uuid = _try(lambda: _s(mod.nvmlDeviceGetUUID(mh)))
+            mem = _try(lambda: mod.nvmlDeviceGetMemoryInfo(mh))
+            if mem is not None:
+                info.memory_total_bytes = int(mem.total)
+            gi = _try(lambda: int(mod.nvmlDeviceGetGpuInstanceId(mh)))
+            info.properties.update({"mig_slot": j, "gpu_instance_id": gi,
+                                    "compute_instance_id": _try(lambda: int(mod.nvmlDeviceGetComputeInstanceId(mh))),
+                                    "driver_version": self.driver_version})
+            g = _Gpu(info=info, handle=mh, parent_handle=h, gpu_instance_id=gi)
+            try:
+                self._probe_or_lose(g, gpm_ok and gi is not None and hasattr(mod, "nvmlGpmMigSampleGet"),
+                                    gpm_reason, is_mig=True)
+            except Exception as exc:  # never let one MIG instance stop the others
+                info.unsupported = {m: nvml_error_reason(exc) for m in GPU_METRIC_NAMES}
+                info.supported = ()
+            out.append(g)
+        return out
+
+    # ------------------------------------------------------------------ sampling
+    def set_pids(self, pids: set[int] | frozenset[int]) -> None:
+        self._pids = frozenset(pids)
+
+    def sample(self) -> list[Sample]:
+        out: list[Sample] = []
+        for gpu in self._gpus:
+            if gpu.lost:
+                continue
+            try:
+                out.append(self._sample_gpu(gpu))
+            except _Lost as lost:
+                gpu.lost = gpu.info.lost = True
+                self._degrade(gpu.info.key, None, f"{lost.reason}: marked lost, no more samples from it",
+                              phase="lost")
+                out.append(Sample(gpu.info.key, now_ns(), {}, lost=True))
+        return out
+
+    def _sample_gpu(self, gpu: _Gpu) -> Sample:
+        mod, h, key = self.nvml, gpu.handle, gpu.info.key
+        read_ns = now_ns()
+        mono = time.monotonic()
+        values: dict[str, float | int | None] = {}
+        vendor_ts = 0
+        if gpu.fields:
+            try:
+                fvs = mod.nvmlDeviceGetFieldValues(h, gpu.fields)
+            except Exception as exc:
+                self._read_failed(gpu, "field values", exc)
+                fvs = []
+            raw: dict[str, tuple[float, int]] = {}
+            for fid, fv in zip(gpu.fields, fvs):
+                name = gpu.field_metric[fid]
+                if fv.nvmlReturn != 0:
+                    if fv.nvmlReturn in _LOST_CODES:
+                        raise _Lost(nvml_error_reason(_Err(fv.nvmlReturn)))
+                    self._degrade(key, name.lstrip("_"), nvml_error_reason(_Err(fv.nvmlReturn)))
+                    continue
+                v = _fv_value(fv)
+                if v is None:
+                    continue
+                ts = int(fv.timestamp) * 1000 if fv.timestamp else read_ns
+                vendor_ts = max(vendor_ts, ts)
+                raw[name] = (float(v), ts)
+            for name, scale in (("power_w", 1e-3), ("power_instant_w", 1e-3), ("energy_j", 1e-3),
+                                ("power_limit_w", 1e-3), ("mem_temp_c", 1.0)):
+                if name in raw:
+                    values[name] = raw[name][0] * scale
+            if "_pcie_tx" in raw or "_pcie_rx" in raw:
+                tx = self._rate(gpu, "pcie_tx", raw.get("_pcie_tx"))
+                rx = self._rate(gpu, "pcie_rx", raw.get("_pcie_rx"))
+                values["pcie_tx_bytes_per_s"], values["pcie_rx_bytes_per_s"] = tx, rx
+                values["pcie_bytes_per_s"] = tx + rx if tx is not None and rx is not None else None
+            nvl_tx = [raw[n] for n in raw if n.startswith("_nvl_tx")]
+            nvl_rx = [raw[n] for n in raw if n.startswith("_nvl_rx")]
+            if nvl_tx:
+                values["xgmi_nvlink_tx_bytes_per_s"] = self._rate(
+                    gpu, "nvl_tx", (sum(v for v, _ in nvl_tx) * _KIB, max(t for _, t in nvl_tx)))
+            if nvl_rx:
+                values["xgmi_nvlink_rx_bytes_per_s"] = self._rate(
+                    gpu, "nvl_rx", (sum(v for v, _ in nvl_rx) * _KIB, max(t for _, t in nvl_rx)))
+        for rd in list(gpu.reads):
+            if rd.every_s and mono - rd.last_mono < rd.every_s:
+                continue
+            rd.last_mono = mono
+            try:
+                values.update(rd.fn(h))
+            except Exception as exc:
+                if self._read_failed(gpu, "/".join(rd.metrics), exc):
+                    gpu.reads.remove(rd)
+        if gpu.gpm_ids and mono - gpu.gpm_last_mono >= self.gpm_min_interval_s:
+            values.update(self._gpm_metrics(gpu, mono))
+        if gpu.proc_reads and self._pids and mono - gpu.proc_last_mono >= self.process_interval_s:
+            gpu.proc_last_mono = mono
+            procs = self._processes(gpu)
+            if procs is not None:
+                mems = [p.gpu_mem_bytes for p in procs if p.gpu_mem_bytes is not None]
+                utils = [p.gpu_util for p in procs if p.gpu_util is not None]
+                values["proc_gpu_mem_bytes"] = sum(mems) if mems else (0 if not procs else None)
+                if gpu.proc_util:
+                    values["proc_gpu_util"] = min(sum(utils), 1.0) if utils else (0.0 if not procs else None)
+                return Sample(key, _pick_ts(vendor_ts, read_ns), values, processes=tuple(procs))
+        return Sample(key, _pick_ts(vendor_ts, read_ns), values)
+
+    def _read_failed(self, gpu: _Gpu, what: str, exc: BaseException) -> bool:
+        """Handle a failed read: raise _Lost for a lost GPU; report once; True when the read
+        should leave the plan for good."""
+        code = _code(exc)
+        if code in _LOST_CODES:
+            raise _Lost(nvml_error_reason(exc))
+        self._degrade(gpu.info.key, what, nvml_error_reason(exc))
+        return code in _PERMANENT_CODES
+
+    def _rate(self, gpu: _Gpu, name: str, cur: tuple[float, int] | None) -> float | None:
+        """Bytes per second from a byte counter and its timestamp; None on the first reading,
+        when the counter has not moved on in time, or went backwards (wrap or reset)."""
+        if cur is None:
+            return None
+        prev = gpu.counters.get(name)
+        gpu.counters[name] = cur
+        if prev is None:
+            return None
+        dv, dt = cur[0] - prev[0], cur[1] - prev[1]
+        if dt <= 0 or dv < 0:
+            return None
+        return dv / (dt / 1e9)
+
+    def _gpm_get(self, gpu: _Gpu, sample: Any) -> None:
+        mod = self.nvml
+        if gpu.info.kind == "mig":
+            mod.nvmlGpmMigSampleGet(gpu.parent_handle, gpu.gpu_instance_id, sample)
+        else:
+            mod.nvmlGpmSampleGet(gpu.handle, sample)
+
+    def _gpm_metrics(self, gpu: _Gpu, mono: float) -> dict[str, float | None]:
+        mod = self.nvml
+        prev, cur = gpu.gpm_samples
+        try:
+            self._gpm_get(gpu, cur)
+        except Exception as exc:
+            if self._read_failed(gpu, "gpm", exc):
+                gpu.gpm_ids = {}
+            return {}
+        gpu.gpm_last_mono = mono
+        ids = list(gpu.gpm_ids)
+        out: dict[str, float | None] = {}
+        try:
+            mg = mod.c_nvmlGpmMetricsGet_t()
+            mg.version = getattr(mod, "NVML_GPM_METRICS_GET_VERSION", 1)
+            mg.numMetrics = len(ids)
+            mg.sample1, mg.sample2 = prev, cur
+            for i, mid in enumerate(ids):
+                mg.metrics[i].metricId = mid
+            mod.nvmlGpmMetricsGet(mg)
+            for i, mid in enumerate(ids):
+                name = gpu.gpm_ids[mid]
+                m = mg.metrics[i]
+                if m.nvmlReturn != 0:
+                    self._degrade(gpu.info.key, name, "GPM: " + nvml_error_reason(_Err(m.nvmlReturn)))
+                    continue
+                v = float(m.value)
+                if name.endswith("_bytes_per_s"):
+                    out[name] = v * _MIB
+                else:
+                    out[name] = percent_to_ratio(v)
+            if "pcie_tx_bytes_per_s" in out and "pcie_rx_bytes_per_s" in out:
+                out["pcie_bytes_per_s"] = out["pcie_tx_bytes_per_s"] + out["pcie_rx_bytes_per_s"]  # type: ignore[operator]
+        except Exception as exc:
+            self._read_failed(gpu, "gpm", exc)
+        gpu.gpm_samples = [cur, prev]  # the newest sample opens the next window
+        return out
+
+    def _processes(self, gpu: _Gpu) -> list[ProcessSample] | None:
+        mod, h = self.nvml, gpu.handle
+        try:
+            running = _running_processes(mod, h)
+        except Exception as exc:
+            if self._read_failed(gpu, "processes", exc):
+                gpu.proc_reads = False
+            return None
+        mem: dict[int, int | None] = {}
+        for p in running:
+            pid = int(p.pid)
+            if pid not in self._pids:
+                continue
+            used = getattr(p, "usedGpuMemory", None)
+            if used is not None and (used < 0 or used >= 2**63):
+                used = None
+            mem[pid] = (mem.get(pid) or 0) + used if used is not None else mem.get(pid)
+        util: dict[int, float] = {}
+        since = gpu.proc_last_seen_us or (time.time_ns() // 1000 - 1_000_000)
+        util_ok = gpu.proc_util
+        if util_ok:
+            try:
+                newest: dict[int, int] = {}
+                for s in mod.nvmlDeviceGetProcessUtilization(h, since):
+                    ts, pid = int(s.timeStamp), int(s.pid)
+                    gpu.proc_last_seen_us = max(gpu.proc_last_seen_us, ts)
+                    r = percent_to_ratio(s.smUtil)
+                    if pid in self._pids and r is not None and ts >= newest.get(pid, 0):
+                        newest[pid], util[pid] = ts, r  # the newest sample of each pid wins
+            except Exception as exc:
+                if _code(exc) != _NOT_FOUND:  # NotFound: no process ran a kernel since `since`
+                    util_ok = False
+                    if _code(exc) in _LOST_CODES:
+                        raise _Lost(nvml_error_reason(exc)) from None
+                    if self._degrade(gpu.info.key, "proc_gpu_util", nvml_error_reason(exc)) and \
+                            _code(exc) in _PERMANENT_CODES:
+                        gpu.proc_util = False
+        pids = sorted(set(mem) | set(util))
+        return [ProcessSample(pid=p, gpu_mem_bytes=mem.get(p),
+                              gpu_util=util.get(p, 0.0) if util_ok else None) for p in pids]
+
+    # ------------------------------------------------------------------ close
+    def _close(self) -> None:
+        mod = self.nvml
+        for gpu in self._gpus:
+            for s in gpu.gpm_samples:
+                try:
+                    mod.nvmlGpmSampleFree(s)
+                except Exception:
+                    pass
+            gpu.gpm_samples = []
+        self._gpus = []
+        self._shutdown()
+
+    def _shutdown(self) -> None:
+        if self._initialised:
+            self._initialised = False
+            try:
+                self.nvml.nvmlShutdown()
+            except Exception:
+                pass
+
+
+# ---------------------------------------------------------------------- helpers
+
+
+class _Err(Exception):
+    """An NVML status from a field value or GPM metric, shaped like pynvml's NVMLError."""
+
+    def __init__(self, value: int) -> None:
+        super().__init__(value)
+        self.value = value
+
+    def __str__(self) -> str:
+        return f"status {self.value}"
+
+
+def _s(v: Any) -> str | None:
+    if v is None:
+        return None
+    if isinstance(v, bytes):
+        return v.decode("utf-8", "replace").rstrip("\x00")
+    return str(v)
+
+
+def _try(fn: Callable[[], Any]) -> Any:
+    try:
+        return fn()
+    except Exception:
+        return None
+
+
+_VALUE_ATTR = {0: "dVal", 1: "uiVal", 2: "ulVal", 3: "ullVal", 4: "sllVal", 5: "siVal", 6: "usVal"}
+
+
+def _fv_value(fv: Any) -> float | int | None:
+    attr = _VALUE_ATTR.get(int(fv.valueType))
+    return getattr(fv.value, attr) if attr else None
+
+
+def _pick_ts(vendor_ts: int, read_ns: int) -> int:
+    # NVML field timestamps are CPU µs since the epoch; trust them when they are near the read
+    if vendor_ts and read_ns - 10_000_000_000 < vendor_ts <= read_ns + 1_000_000_000:
+        return vendor_ts
+    return read_ns
+
+
+def _util(mod: Any, h: Any) -> dict[str, float | None]:
+    u = mod.nvmlDeviceGetUtilizationRates(h)
+    return {"gpu_util": percent_to_ratio(u.gpu), "mem_util": percent_to_ratio(u.memory)}
+
+
+def _mem(mod: Any, h: Any) -> dict[str, int]:
+    m = mod.nvmlDeviceGetMemoryInfo(h)
+    return {"mem_used_bytes": int(m.used), "mem_total_bytes": int(m.total)}
+
+
+def _throttle_fn(mod: Any) -> Callable[[Any], int]:
+    fn = getattr(mod, "nvmlDeviceGetCurrentClocksEventReasons", None)
+    return fn if fn is not None else mod.nvmlDeviceGetCurrentClocksThrottleReasons
+
+
+def _pcie_throughput(mod: Any, h: Any) -> dict[str, float]:
+    tx = mod.nvmlDeviceGetPcieThroughput(h, 0) * _KIB  # KB/s (KiB) -> B/s
+    rx = mod.nvmlDeviceGetPcieThroughput(h, 1) * _KIB
+    return {"pcie_tx_bytes_per_s": float(tx), "pcie_rx_bytes_per_s": float(rx), "pcie_bytes_per_s": float(tx + rx)}
+
+
+def _running_processes(mod: Any, h: Any) -> list[Any]:
+    procs = list(mod.nvmlDeviceGetComputeRunningProcesses(h))
+    try:
+        procs += list(mod.nvmlDeviceGetGraphicsRunningProcesses(h))
+    except Exception:
+        pass
+    seen: dict[int, Any] = {}
+    for p in procs:  # a process can be both compute and graphics: count it once
+        seen.setdefault(int(p.pid), p)
+    return list(seen.values())

@@ -1,0 +1,84 @@
+"""`gpuscope record`: sample the real devices into a recording file for the replay collector."""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any
+
+from .errors import InputError
+
+HELP = "record telemetry samples to a file (for replay in tests and demos)"
+DESCRIPTION = (
+    "Sample every device found here (NVIDIA, AMD, the host) for --seconds at the sampler's cadence "
+    "and write the device descriptions and samples to --out: JSON Lines, gzip-compressed when the "
+    "name ends in .gz (format gpuscope.recording/1, see docs/telemetry.md). The replay collector "
+    "plays such a file back. Ctrl-C stops early and keeps what was recorded."
+)
+NEEDS_DB = False
+REPORTS = True
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Add this command's arguments to its sub-parser."""
+    parser.add_argument("--seconds", type=float, required=True, metavar="N", help="how long to record")
+    parser.add_argument("--out", required=True, metavar="FILE", help="the recording to write (.jsonl or .jsonl.gz)")
+    parser.add_argument("--interval", type=float, default=0.1, metavar="S",
+                        help="seconds between samples (default 0.1 = 10 Hz; at least 0.01 = 100 Hz)")
+    parser.add_argument("--pid", type=int, action="append", default=[], metavar="PID",
+                        help="also watch this process and its children (repeatable)")
+    parser.add_argument("--no-host", action="store_true", help="leave the host's CPU and memory out")
+    parser.add_argument("--note", help="a note stored in the recording's header")
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run the command; returns the exit code."""
+    if not args.seconds > 0:
+        raise InputError("--seconds", f"must be a positive number of seconds, not {args.seconds}")
+    if not 0.01 <= args.interval <= 3600:
+        raise InputError("--interval", f"must be between 0.01 and 3600 seconds, not {args.interval}")
+    from .collectors import ProcessTree, default_collectors
+    from .sampler import RecordingSink, Sampler
+
+    tree = ProcessTree(args.pid) if args.pid else None
+    sink = RecordingSink(args.out, note=args.note)
+    sampler = Sampler(default_collectors(tree, host=not args.no_host), [sink], interval_s=args.interval, tree=tree)
+    sampler.open()
+    if not sampler.devices:
+        reasons = "; ".join(f"{v.vendor}: {v.reason}" for v in sampler.unavailable)
+        raise InputError("record", f"no device to record ({reasons})")
+    for v in sampler.unavailable:
+        print(f"gpuscope record: {v.vendor}: {v.reason}", file=sys.stderr)
+    interrupted = False
+    sampler.start()
+    try:
+        sampler.wait(args.seconds)
+    except KeyboardInterrupt:
+        interrupted = True
+    finally:
+        stats = sampler.stop()
+    gpus = [d for d in sampler.devices if d.kind != "host"]
+    doc: dict[str, Any] = {
+        "out": str(args.out),
+        "devices": [d.key for d in sampler.devices],
+        "gpus": len(gpus),
+        "ticks": stats.ticks,
+        "rows": stats.rows,
+        "missed_ticks": stats.missed_ticks,
+        "interval_s": stats.interval_s,
+        "seconds": round((stats.ended_ns - stats.started_ns) / 1e9, 3),
+        "tick_cpu_us_mean": round(stats.tick_cpu_ns_mean / 1e3, 1) if stats.tick_cpu_ns_mean else None,
+        "degradations": [str(g) for g in stats.degradations if g.phase != "probe"],
+        "interrupted": interrupted,
+        "unavailable": {v.vendor: v.reason for v in sampler.unavailable},
+    }
+    if args.json:
+        sys.stdout.write(json.dumps(doc, indent=1) + "\n")
+    else:
+        what = ", ".join(f"{d.key} ({d.name or d.vendor})" for d in sampler.devices)
+        print(f"recorded {stats.ticks} ticks, {stats.rows} rows of {what} to {args.out}")
+        if not gpus:
+            print("no GPU found: the recording holds the host only")
+        for line in doc["degradations"]:
+            print(f"  {line}")
+    return 130 if interrupted else 0

@@ -1,0 +1,1 @@
+"""Fake vendor modules (pynvml, amdsmi, the amd-smi CLI) driven by tables of values."""

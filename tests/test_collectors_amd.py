@@ -1,0 +1,252 @@
+"""The AMD collectors: amdsmi (fake module from a table), the import fallbacks, the amd-smi CLI."""
+from __future__ import annotations
+
+import json
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from conftest import run_cli
+from fakes.fake_amdsmi import FakeAmdSmi, FakeAmdSmiCli
+from gpuscope.collectors import AmdCollector, CollectorUnavailable
+from gpuscope.collectors.amd import (
+    AmdSmiCliCollector,
+    gfx_to_capability,
+    import_amdsmi,
+    parse_amd_smi_metric,
+)
+from gpuscope.collectors.base import plausible_celsius
+from gpuscope.metrics import GPU_METRIC_NAMES
+
+TABLES = Path(__file__).resolve().parent / "fakes" / "tables"
+
+
+def _open(**kw):
+    fake = FakeAmdSmi("amdsmi_mi300x.json")
+    kw.setdefault("process_interval_s", 0.0)
+    c = AmdCollector(amdsmi=fake, **kw)
+    return fake, c, {d.key: d for d in c.open()}
+
+
+def _rows(c) -> dict:
+    return {s.device: s for s in c.sample()}
+
+
+def test_gpu_metrics_units() -> None:
+    fake, c, devs = _open()
+    v = _rows(c)["gpu0"].values
+    assert v["gpu_util"] == 0.75 and v["mem_util"] == 0.4  # percent -> ratio
+    assert v["power_w"] == 550.0 and v["power_instant_w"] == 560.0  # average / current socket power, W
+    assert v["energy_j"] == pytest.approx(1_000_000_000 * 15.259e-6)  # accumulator x resolution (µJ)
+    assert v["temp_c"] == 65.0 and v["mem_temp_c"] == 58.0  # hotspot (edge is N/A on MI300X)
+    assert v["sm_clock_mhz"] == pytest.approx((2100 + 2100 + 2090 + 2100) / 4)  # per-XCC clocks, N/A left out
+    assert v["mem_clock_mhz"] == 1300.0
+    assert v["throttle_reasons"] == 0
+    assert v["pcie_bytes_per_s"] == 12e9  # pcie_bandwidth_inst GB/s
+    assert v["mem_used_bytes"] == 4 * 1024**3 and v["mem_total_bytes"] == 25_753_026_560
+    assert v["power_limit_w"] == 750.0  # power_cap in µW
+    fake.step()
+    r = _rows(c)["gpu0"]
+    v = r.values
+    assert v["gpu_util"] == 1.0
+    assert v["energy_j"] == pytest.approx(1_003_276_760 * 15.259e-6)
+    # XGMI KB counters over the firmware clock's 100 ms (10 ns ticks)
+    assert v["xgmi_nvlink_tx_bytes_per_s"] == pytest.approx(100_000 * 1024 / 0.1)
+    assert v["xgmi_nvlink_rx_bytes_per_s"] == pytest.approx(7_000 * 1024 / 0.1)
+
+
+def test_na_and_wrong_unit_temperatures() -> None:
+    fake, c, devs = _open()
+    p1, mi250 = devs["gpu1"], devs["gpu2"]
+    # the second CPX partition: socket power / energy / PCIe are N/A -> unsupported, never 0
+    for m in ("power_w", "energy_j", "pcie_bytes_per_s", "mem_util"):
+        assert p1.unsupported[m] == "not reported by this GPU (N/A in gpu_metrics)"
+    assert p1.unsupported["proc_gpu_mem_bytes"].startswith("no permission")
+    rows = _rows(c)
+    v1 = rows["gpu1"].values
+    assert v1["power_w"] is None and v1["energy_j"] is None and v1["mem_util"] is None
+    assert v1["temp_c"] == 66.0 and v1["mem_temp_c"] == 59.0  # reported in m°C
+    v2 = rows["gpu2"].values
+    assert v2["temp_c"] == 52.25 and v2["mem_temp_c"] == 60.0  # gpu_metrics 1.3: centi-°C
+    assert v2["throttle_reasons"] == 1  # the old throttle_status flag when indep_throttle_status is N/A
+    assert v2["power_w"] == 300.0 and v2["power_instant_w"] is None
+    assert "power_instant_w" in mi250.unsupported
+
+
+@pytest.mark.parametrize("raw, celsius", [(45, 45.0), (4500, 45.0), (45000, 45.0), (0xFFFF, None), ("N/A", None),
+                                          (-5, -5.0), (10**9, None)])
+def test_temperature_scale_by_range(raw, celsius) -> None:
+    assert plausible_celsius(raw) == celsius
+
+
+def test_partitions_are_devices() -> None:
+    fake, c, devs = _open()
+    p0, p1, mi250 = devs["gpu0"], devs["gpu1"], devs["gpu2"]
+    assert p0.kind == "partition" and p0.properties["compute_partition"] == "CPX"
+    assert p0.properties["physical_gpu"] == p1.properties["physical_gpu"] == 0  # same ASIC serial
+    assert mi250.kind == "gpu" and mi250.properties["physical_gpu"] == 1
+    assert p0.name == "AMD Instinct MI300X" and p0.pci_device_id == "0x74a1" and p0.num_sms == 38
+    assert p0.compute_capability == "9.4" and mi250.compute_capability == "9.0" and p0.warp_size == 64
+    for d in devs.values():
+        assert set(d.supported) | set(d.unsupported) == set(GPU_METRIC_NAMES)
+        assert d.unsupported["tensor_active"] == "not exposed by amdsmi (needs rocprofiler counters)"
+
+
+def test_processes_and_lost_gpu() -> None:
+    fake, c, devs = _open()
+    c.set_pids({4242})
+    r = _rows(c)["gpu0"]
+    assert r.values["proc_gpu_mem_bytes"] == 4 * 1024**3  # pid 777 is not watched
+    assert r.values["proc_gpu_util"] is None  # engine time is cumulative: needs two readings
+    assert r.processes[0].name == "python3"
+    fake.step()
+    rows = _rows(c)
+    # gfx engine time +50 ms over the firmware clock's 100 ms
+    assert rows["gpu0"].values["proc_gpu_util"] == pytest.approx(0.5)
+    assert rows["gpu2"].values["proc_gpu_mem_bytes"] == 0  # nothing of ours on it
+    fake.step()
+    rows = _rows(c)
+    assert rows["gpu2"].lost and not rows["gpu0"].lost  # sysfs gone on the MI250X
+    lost = [d for d in c.take_degradations() if d.phase == "lost"]
+    assert [d.device for d in lost] == ["gpu2"]
+    fake.step()
+    assert sorted(s.device for s in c.sample()) == ["gpu0", "gpu1"]
+
+
+def test_amdsmi_init_failure_and_no_cli() -> None:
+    fake = FakeAmdSmi({"init_error": 34, "devices": []})
+    with pytest.raises(CollectorUnavailable) as e:
+        AmdCollector(amdsmi=fake, use_cli=False).open()
+    assert e.value.reason == "amdsmi_init failed: amdgpu driver not loaded"
+
+
+def _fake_package(root: Path, body: str) -> Path:
+    pkg = root / "amdsmi"
+    pkg.mkdir(parents=True)
+    (pkg / "__init__.py").write_text(textwrap.dedent(body))
+    return root
+
+
+def test_import_survives_the_pypi_wheel_keyerror_and_finds_rocms_copy(tmp_path, monkeypatch, capsys) -> None:
+    # the PyPI wheel without ROCm: prints to stdout, then KeyError at import time
+    wheel = _fake_package(tmp_path / "site", """
+        print("/opt/rocm/lib/libamd_smi.so: cannot open shared object file")
+        print("Unable to find libamd_smi.so library try installing amd-smi-lib from your package manager")
+        raise KeyError("libamd_smi.so")
+    """)
+    rocm = _fake_package(tmp_path / "opt" / "rocm-6.3.0" / "share" / "amd_smi", """
+        FROM_ROCM = True
+        def amdsmi_init(flag=None):
+            pass
+    """)
+    monkeypatch.syspath_prepend(str(wheel))
+    monkeypatch.delitem(sys.modules, "amdsmi", raising=False)
+    mod, backend, reasons = import_amdsmi([str(tmp_path / "opt" / "rocm*" / "share" / "amd_smi")])
+    try:
+        assert getattr(mod, "FROM_ROCM", False)
+        assert backend == f"amdsmi ({rocm})"
+        assert reasons == ["amdsmi installed but its library is missing (KeyError 'libamd_smi.so': no ROCm)"]
+        assert capsys.readouterr().out == ""  # the wheel's noise never reaches stdout (--json stays clean)
+        assert str(rocm) not in sys.path
+    finally:
+        sys.modules.pop("amdsmi", None)
+    # nothing anywhere: every reason, and the collector says it in one line
+    monkeypatch.delitem(sys.modules, "amdsmi", raising=False)
+    mod, backend, reasons = import_amdsmi([str(tmp_path / "nowhere*")])
+    assert mod is None and reasons[-1] == f"no ROCm copy under {tmp_path / 'nowhere*'}"
+    sys.modules.pop("amdsmi", None)
+    monkeypatch.setattr("gpuscope.collectors.amd.find_amd_smi", lambda: None)
+    with pytest.raises(CollectorUnavailable) as e:
+        AmdCollector(rocm_globs=[str(tmp_path / "nowhere*")]).open()
+    assert e.value.reason.startswith("amdsmi not importable (amdsmi installed but its library is missing")
+    assert e.value.reason.endswith("; amd-smi CLI not found")
+    sys.modules.pop("amdsmi", None)
+
+
+@pytest.mark.parametrize("table", ["amdsmi_cli_list.json", "amdsmi_cli_gpu_data.json"])
+def test_amd_smi_cli_both_json_shapes(table) -> None:
+    cli = FakeAmdSmiCli(table)
+    c = AmdCollector(amdsmi=None, rocm_globs=["/nonexistent*"], cli_runner=cli, cli_threaded=False)
+    devs = {d.key: d for d in c.open()}
+    assert c.status.backend == "amd-smi cli"
+    assert devs["gpu0"].name == "AMD Instinct MI300X" and devs["gpu0"].memory_total_bytes == 196592 * 1024**2
+    assert devs["gpu0"].compute_capability == "9.4" and devs["gpu0"].num_sms == 304
+    fallback = [d for d in c.take_degradations() if d.device is None]
+    assert fallback and "amd-smi CLI fallback" in fallback[0].reason
+    rows = {s.device: s for s in c.sample()}
+    v = rows["gpu0"].values
+    if table == "amdsmi_cli_list.json":  # second recorded output
+        assert v["gpu_util"] == 0.91 and v["power_w"] == 640.0 and v["energy_j"] == 1_234_631.5
+        assert rows["gpu1"].values["power_w"] == 139.0
+    else:
+        assert v["gpu_util"] == 0.87 and v["power_w"] == 612.0
+        v1 = rows["gpu1"].values
+        assert v1["power_w"] is None and v1["energy_j"] is None  # "N/A" -> None
+        assert v1["temp_c"] == 52.0 and v1["mem_temp_c"] == 47.0  # m°C with unit "C" -> range check
+        assert "power_w" in devs["gpu1"].unsupported
+    assert v["mem_used_bytes"] == 150000 * 1024**2 and v["temp_c"] in (71.0, 72.0)
+    assert v["sm_clock_mhz"] == 2100.0 and v["mem_clock_mhz"] == 1300.0
+    assert v["pcie_bytes_per_s"] == pytest.approx(96000e6 / 8)  # Mb/s -> B/s
+    c.close()
+
+
+def test_cli_parser_edge_cases() -> None:
+    assert parse_amd_smi_metric({"gpu_data": []}) == {}
+    one = parse_amd_smi_metric({"gpu": 3, "usage": {"gfx_activity": 50}, "power": {"socket_power": "N/A"},
+                                "energy": {"total_energy_consumption": {"value": 5e6, "unit": "uJ"}},
+                                "clock": {"gfx_0": {"clk": {"value": 1.2, "unit": "GHz"}}},
+                                "mem_usage": {"used_vram": {"value": 3, "unit": "furlongs"}}})
+    v = one[3]
+    assert v["gpu_util"] == 0.5 and v["power_w"] is None and v["energy_j"] == pytest.approx(5.0)
+    assert v["sm_clock_mhz"] == pytest.approx(1200.0) and v["mem_used_bytes"] is None  # unknown unit: None
+    with pytest.raises(ValueError):
+        parse_amd_smi_metric("oops")
+
+
+def test_cli_thread_serves_each_reading_once() -> None:
+    cli = FakeAmdSmiCli("amdsmi_cli_list.json")
+    c = AmdSmiCliCollector(cli, threaded=True, min_period_s=0.05)
+    c.open()
+    import time
+
+    got = []
+    deadline = time.monotonic() + 5
+    while len(got) < 3 and time.monotonic() < deadline:
+        got.extend(c.sample())
+        time.sleep(0.01)
+    c.close()
+    assert len({s.ts_ns for s in got}) * 2 >= len(got) >= 3  # rows come per reading, two GPUs each
+
+
+def test_cli_open_failures() -> None:
+    def broken(args):
+        raise RuntimeError("amd-smi metric --json exited 1: ERROR: no AMD GPU found")
+
+    with pytest.raises(CollectorUnavailable, match="amd-smi metric --json failed"):
+        AmdSmiCliCollector(broken, threaded=False).open()
+    with pytest.raises(CollectorUnavailable, match="found no AMD GPU"):
+        AmdSmiCliCollector(lambda a: json.dumps({"gpu_data": []}), threaded=False).open()
+
+
+def test_gfx_target_to_capability() -> None:
+    assert [gfx_to_capability(t) for t in ("gfx942", "gfx90a", "gfx1100", "gfx950", "N/A", None)] == \
+        ["9.4", "9.0", "11.0", "9.5", None, None]
+
+
+def test_devices_json_with_fake_amd(monkeypatch) -> None:
+    fake = FakeAmdSmi("amdsmi_mi300x.json")
+    monkeypatch.setitem(sys.modules, "amdsmi", fake)
+    monkeypatch.setitem(sys.modules, "pynvml", None)
+    r = run_cli("devices", "--json")
+    assert r.code == 0, r.err
+    doc = r.json()
+    amd = next(v for v in doc["vendors"] if v["vendor"] == "amd")
+    assert amd["available"] and amd["backend"] == "amdsmi"
+    keys = [d["key"] for d in doc["devices"]]
+    assert keys == ["gpu0", "gpu1", "gpu2", "host"] and doc["gpus"] == 3
+    gpu1 = doc["devices"][1]
+    assert gpu1["kind"] == "partition" and gpu1["unsupported"]["power_w"].startswith("not reported")
+    text = run_cli("devices")
+    assert text.code == 0 and "gpu0  amd partition  AMD Instinct MI300X" in text.out

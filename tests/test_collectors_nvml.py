@@ -1,0 +1,263 @@
+"""The NVML collector against a fake pynvml driven by tables of values (tests/fakes/tables)."""
+from __future__ import annotations
+
+import sys
+
+import pytest
+
+from fakes.fake_pynvml import FakeNvml, load_table
+from gpuscope.collectors import CollectorUnavailable, NvmlCollector, discover
+from gpuscope.collectors.nvml import import_pynvml
+from gpuscope.metrics import GPU_METRIC_NAMES
+
+EPOCH_US = 1_763_780_000_000_000
+
+
+def _open(table: str, epoch_us: int | None = EPOCH_US, **kw):
+    fake = FakeNvml(table, epoch_us=epoch_us)
+    kw.setdefault("gpm_min_interval_s", 0.0)
+    kw.setdefault("process_interval_s", 0.0)
+    kw.setdefault("pcie_fallback_interval_s", 0.0)
+    c = NvmlCollector(nvml=fake, **kw)
+    return fake, c, {d.key: d for d in c.open()}
+
+
+def _rows(c) -> dict:
+    return {s.device: s for s in c.sample()}
+
+
+def test_units_are_converted_from_the_table(monkeypatch) -> None:
+    # the fake's µs timestamps are near "now", so the collector keeps them as the rows' time
+    monkeypatch.setattr("gpuscope.collectors.nvml.now_ns", lambda: EPOCH_US * 1000 + 5_000_000)
+    fake, c, devs = _open("nvml_h100_a100.json")
+    r = _rows(c)["gpu0"]
+    v = r.values
+    assert v["power_w"] == pytest.approx(650.123)          # field 185: 650123 mW
+    assert v["power_instant_w"] == pytest.approx(689.456)  # field 186: 689456 mW
+    assert v["energy_j"] == pytest.approx(123_456_789.012)  # field 83: mJ since driver load
+    assert v["power_limit_w"] == pytest.approx(700.0)
+    assert v["gpu_util"] == pytest.approx(0.87) and v["mem_util"] == pytest.approx(0.45)  # percent -> ratio
+    assert v["mem_used_bytes"] == 76_235_669_504 and v["mem_total_bytes"] == 85_520_809_984
+    assert v["temp_c"] == 61.0 and v["mem_temp_c"] == 70.0
+    assert v["sm_clock_mhz"] == 1980.0 and v["mem_clock_mhz"] == 2619.0
+    assert v["throttle_reasons"] == 4  # SwPowerCap
+    # GPM (Hopper): percent -> ratio
+    assert v["sm_active"] == pytest.approx(0.785) and v["sm_occupancy"] == pytest.approx(0.3125)
+    assert v["tensor_active"] == pytest.approx(0.45) and v["dram_bw_util"] == pytest.approx(0.625)
+    # counters need two readings: unknown on the first tick, never 0
+    assert v["pcie_tx_bytes_per_s"] is None and v["xgmi_nvlink_tx_bytes_per_s"] is None
+    assert "fan_speed" not in v  # NotSupported -> never read, None
+    assert r.ts_ns == EPOCH_US * 1000  # the field values' own timestamp (µs -> ns)
+
+    fake.step()
+    v = _rows(c)["gpu0"].values
+    assert v["gpu_util"] == 1.0 and v["mem_util"] == pytest.approx(0.8)
+    # byte counters over the field timestamps' 100 ms
+    assert v["pcie_tx_bytes_per_s"] == pytest.approx(1.25e9)
+    assert v["pcie_rx_bytes_per_s"] == pytest.approx(3.0e9)
+    assert v["pcie_bytes_per_s"] == pytest.approx(4.25e9)
+    # NVLink: two links, +100,000 KiB each (tx) and +50,000 KiB each (rx) in 0.1 s
+    assert v["xgmi_nvlink_tx_bytes_per_s"] == pytest.approx(2 * 100_000 * 1024 / 0.1)
+    assert v["xgmi_nvlink_rx_bytes_per_s"] == pytest.approx(2 * 50_000 * 1024 / 0.1)
+    assert v["energy_j"] - 123_456_789.012 == pytest.approx(69.0)  # 69,000 mJ in 0.1 s: 690 W
+    assert v["sm_active"] == pytest.approx(0.91) and v["dram_bw_util"] == pytest.approx(0.88)
+
+    fake.step(2)  # tick 3: the counters went back to the base values (a reset): no rate, not negative
+    v = _rows(c)["gpu0"].values
+    assert v["pcie_tx_bytes_per_s"] is None and v["xgmi_nvlink_rx_bytes_per_s"] is None
+    c.close()
+    assert fake.initialised == 0  # nvmlShutdown
+
+
+def test_probe_reports_unsupported_with_reasons() -> None:
+    fake, c, devs = _open("nvml_h100_a100.json")
+    h100, a100 = devs["gpu0"], devs["gpu1"]
+    assert h100.name == "NVIDIA H100 80GB HBM3" and h100.pci_device_id == "0x2330"
+    assert h100.compute_capability == "9.0" and h100.pci_bus_id == "00000000:18:00.0"
+    assert h100.properties["architecture"] == "Hopper" and h100.properties["driver_version"] == "570.124.06"
+    assert set(h100.supported) | set(h100.unsupported) == set(GPU_METRIC_NAMES)
+    assert h100.unsupported == {"fan_speed": "not supported by this GPU"}
+    # GPM only on Hopper and newer; the A100 says why
+    for m in ("sm_active", "sm_occupancy", "tensor_active", "dram_bw_util"):
+        assert m in h100.supported
+        assert a100.unsupported[m] == "needs GPM (Hopper or newer; this GPU is Ampere)"
+    assert a100.unsupported["power_instant_w"] == "not supported by this GPU"
+    assert a100.unsupported["xgmi_nvlink_tx_bytes_per_s"] == "no NVLink on this GPU"
+    assert a100.unsupported["proc_gpu_util"] == "not supported by this GPU"
+    # each probe-time gap is reported once, as a degradation
+    probe = [d for d in c.take_degradations() if d.phase == "probe"]
+    assert ("gpu1", "sm_active") in {(d.device, d.metric) for d in probe}
+    assert len(probe) == len(h100.unsupported) + len(a100.unsupported)
+    assert c.take_degradations() == []
+
+
+def test_gpm_is_not_asked_for_before_hopper() -> None:
+    fake, c, devs = _open("nvml_h100_a100.json")
+    fake.calls.clear()
+    c.sample()
+    # one GPM sample per tick for the H100 only (the A100 never gets a GPM call)
+    assert fake.calls.count("nvmlGpmSampleGet") == 1 and fake.calls.count("nvmlGpmMetricsGet") == 1
+
+
+def test_gpm_windows_are_at_least_the_minimum_interval() -> None:
+    fake, c, devs = _open("nvml_h100_a100.json", gpm_min_interval_s=3600.0)
+    v = _rows(c)["gpu0"].values
+    assert "sm_active" not in v  # no window closed yet this tick: None, not a stale or made-up value
+
+
+def test_lost_gpu_is_marked_and_the_others_go_on() -> None:
+    fake, c, devs = _open("nvml_h100_a100.json")
+    c.sample()
+    fake.step()
+    c.sample()
+    fake.step()  # tick 2: gpu1 falls off the bus
+    rows = c.sample()
+    by = {s.device: s for s in rows}
+    assert by["gpu1"].lost and by["gpu1"].values == {}
+    assert not by["gpu0"].lost and by["gpu0"].values["gpu_util"] == 0.0
+    lost = [d for d in c.take_degradations() if d.phase == "lost"]
+    assert [(d.device, d.reason) for d in lost] == [
+        ("gpu1", "GPU is lost (fell off the bus): marked lost, no more samples from it")]
+    assert devs["gpu1"].lost
+    fake.step()
+    rows = c.sample()
+    assert [s.device for s in rows] == ["gpu0"]  # no more rows from the lost GPU, no exception
+    assert c.take_degradations() == []  # reported once
+
+
+def test_a100_pcie_falls_back_to_the_slow_throughput_call() -> None:
+    fake, c, devs = _open("nvml_h100_a100.json", pcie_fallback_interval_s=3600.0)
+    assert devs["gpu1"].properties["pcie_sampled_every_s"] == 3600.0
+    v = _rows(c)["gpu1"].values
+    assert v["pcie_tx_bytes_per_s"] == 1024 * 1024 and v["pcie_rx_bytes_per_s"] == 2048 * 1024  # KB/s -> B/s
+    fake.step()
+    v = _rows(c)["gpu1"].values
+    assert "pcie_tx_bytes_per_s" not in v  # the 20 ms call is paced: None in between
+
+
+def test_watched_processes() -> None:
+    # process samples are asked for "since the last one seen, else the last second": table times near now
+    fake, c, devs = _open("nvml_h100_a100.json", epoch_us=None)
+    assert _rows(c)["gpu0"].values.get("proc_gpu_mem_bytes") is None  # no pids watched: not filled
+    c.set_pids({4242})
+    r = _rows(c)["gpu0"]
+    assert r.values["proc_gpu_mem_bytes"] == 2 * 1024**3  # pid 999 is not ours
+    assert r.values["proc_gpu_util"] == pytest.approx(0.55)
+    assert [(p.pid, p.gpu_mem_bytes) for p in r.processes] == [(4242, 2 * 1024**3)]
+    r = _rows(c)["gpu0"]
+    assert r.values["proc_gpu_util"] == 0.0  # NOT_FOUND: no new utilisation sample since the last one
+    r1 = _rows(c)["gpu1"]
+    assert r1.values["proc_gpu_mem_bytes"] == 0 and "proc_gpu_util" not in r1.values  # A100: util unsupported
+
+
+def test_mig_instances_are_reported_as_devices() -> None:
+    fake, c, devs = _open("nvml_mig.json")
+    assert list(devs) == ["gpu0", "gpu0/mig0", "gpu0/mig2"]
+    parent, mig0, mig2 = devs["gpu0"], devs["gpu0/mig0"], devs["gpu0/mig2"]
+    assert parent.properties["mig_mode"] == "enabled"
+    assert parent.unsupported["gpu_util"] == "not supported by this GPU"
+    assert parent.unsupported["sm_active"] == "GPM is read per MIG instance while MIG is enabled"
+    assert mig0.kind == "mig" and mig0.parent == "gpu0" and mig0.name.endswith("MIG 3g.40gb")
+    assert mig0.memory_total_bytes == 40 * 1024**3 and mig0.properties["gpu_instance_id"] == 1
+    assert set(mig0.supported) >= {"mem_used_bytes", "sm_active", "tensor_active"}
+    assert mig0.unsupported["power_w"] == "not supported by this GPU"
+    c.set_pids({4242})
+    rows = _rows(c)
+    assert rows["gpu0"].values["power_w"] == 120.0 and "gpu_util" not in rows["gpu0"].values
+    assert rows["gpu0/mig0"].values["mem_used_bytes"] == 8 * 1024**3
+    assert rows["gpu0/mig0"].values["sm_active"] == 0.5 and rows["gpu0/mig0"].values["tensor_active"] == 0.1
+    assert rows["gpu0/mig2"].values["sm_active"] == 0.0 and mig2.memory_total_bytes == 10 * 1024**3
+    # NVML gives no per-process memory in MIG mode: unknown (None), not 0
+    assert rows["gpu0/mig0"].values["proc_gpu_mem_bytes"] is None
+    assert "nvmlGpmMigSampleGet" in fake.calls
+
+
+def test_old_driver_without_field_values_uses_the_getters() -> None:
+    fake, c, devs = _open("nvml_old_driver.json")
+    d = devs["gpu0"]
+    assert d.unsupported["power_instant_w"].startswith("not in this driver's NVML")
+    assert d.unsupported["proc_gpu_mem_bytes"].startswith("no permission")
+    assert d.unsupported["pcie_tx_bytes_per_s"].startswith("no permission")
+    v = _rows(c)["gpu0"].values
+    assert v["power_w"] == pytest.approx(56.789) and v["energy_j"] == pytest.approx(42_000.123)
+    assert v["power_limit_w"] == 300.0
+    fake.step()
+    assert _rows(c)["gpu0"].values["energy_j"] == pytest.approx(42_005.123)
+
+
+def test_a_read_that_starts_failing_is_reported_once_and_dropped() -> None:
+    table = load_table("nvml_old_driver.json")
+    table["devices"][0]["ticks"] = [{}, {"temp": "NOT_SUPPORTED"}, {"temp": 40}]
+    fake = FakeNvml(table)
+    c = NvmlCollector(nvml=fake)
+    c.open()
+    c.take_degradations()
+    assert c.sample()[0].values["temp_c"] == 37.0
+    fake.step()
+    assert "temp_c" not in c.sample()[0].values
+    assert [str(d) for d in c.take_degradations()] == ["nvidia: gpu0/temp_c: not supported by this GPU"]
+    fake.step()
+    assert "temp_c" not in c.sample()[0].values  # NotSupported is permanent: the read left the plan
+    # a transient error (at probe time too) is reported once and the read is retried
+    table["devices"][0]["ticks"] = [{"temp": "TIMEOUT"}, {"temp": "TIMEOUT"}, {"temp": 41}]
+    fake2 = FakeNvml(table)
+    c2 = NvmlCollector(nvml=fake2)
+    assert "temp_c" in c2.open()[0].supported
+    assert [d.reason for d in c2.take_degradations() if d.metric == "temp_c"] == ["NVML error 10: Timeout"]
+    assert "temp_c" not in c2.sample()[0].values
+    fake2.step()
+    assert "temp_c" not in c2.sample()[0].values
+    fake2.step()
+    assert c2.sample()[0].values["temp_c"] == 41.0
+    assert c2.take_degradations() == []
+
+
+@pytest.mark.parametrize("error, reason", [
+    ("LIBRARY_NOT_FOUND", "NVML library (libnvidia-ml.so.1) not found: no NVIDIA driver installed"),
+    ("DRIVER_NOT_LOADED", "NVML: NVIDIA driver not loaded"),
+    ("NO_PERMISSION", "no permission (NVML: Insufficient Permissions)"),
+    ("LIB_RM_VERSION_MISMATCH", "NVML/driver version mismatch: the driver was upgraded without reloading the kernel module (reboot)"),
+])
+def test_init_failures_become_reasons(error: str, reason: str) -> None:
+    fake = FakeNvml({"init_error": error, "devices": []})
+    with pytest.raises(CollectorUnavailable) as e:
+        NvmlCollector(nvml=fake).open()
+    assert e.value.vendor == "nvidia" and e.value.reason == reason
+
+
+def test_no_gpu_and_lost_at_start() -> None:
+    with pytest.raises(CollectorUnavailable, match="found no NVIDIA GPU"):
+        NvmlCollector(nvml=FakeNvml({"devices": []})).open()
+    table = load_table("nvml_h100_a100.json")
+    table["devices"][1]["handle_error"] = "GPU_IS_LOST"
+    c = NvmlCollector(nvml=FakeNvml(table))
+    devs = c.open()
+    assert devs[1].lost and devs[1].unsupported["power_w"] == "GPU is lost (fell off the bus)"
+    assert [s.device for s in c.sample()] == ["gpu0"]
+
+
+def test_pynvml_is_imported_only_in_open(monkeypatch) -> None:
+    monkeypatch.delitem(sys.modules, "pynvml", raising=False)
+    c = NvmlCollector()
+    assert "pynvml" not in sys.modules  # constructing imports nothing
+    monkeypatch.setitem(sys.modules, "pynvml", None)  # "not installed"
+    with pytest.raises(CollectorUnavailable) as e:
+        c.open()
+    assert e.value.reason == "nvidia-ml-py not installed (pip install 'gpuscope[nvidia]')"
+    # a fake placed where `import pynvml` finds it is used like the real module
+    fake = FakeNvml("nvml_old_driver.json")
+    monkeypatch.setitem(sys.modules, "pynvml", fake)
+    assert import_pynvml() is fake
+    devices, statuses = discover([NvmlCollector()])
+    assert [d.name for d in devices] == ["Tesla V100-SXM2-16GB"]
+    assert statuses[0].available and statuses[0].backend == "nvml"
+    assert statuses[0].details["driver_version"] == "450.80.02"
+    assert fake.initialised == 0  # discover closes what it opened
+
+
+def test_a_foreign_pynvml_module_is_named(monkeypatch) -> None:
+    import types
+
+    monkeypatch.setitem(sys.modules, "pynvml", types.ModuleType("pynvml"))
+    with pytest.raises(CollectorUnavailable, match="not nvidia-ml-py"):
+        import_pynvml()
