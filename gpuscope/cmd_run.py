@@ -33,6 +33,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--tokens", type=int, help="tokens the program generated (else from gpuscope.mark(tokens=...))")
     parser.add_argument("--no-analyze", action="store_true", help="store the run but do not analyze it")
     parser.add_argument("--top", type=int, default=10, help="rows in the summary's top lists (default 10)")
+    parser.add_argument("--replay", metavar="FILE", help="play a recording (gpuscope record) back as the GPU telemetry, "
+                        "looping, instead of reading the GPUs: for demos and tests")
     parser.add_argument("-q", "--quiet", action="store_true", help="no status line or progress on stderr")
     parser.add_argument("command", nargs=argparse.REMAINDER, metavar="-- CMD ARGS", help="the command to run")
 
@@ -58,7 +60,8 @@ def run(args: argparse.Namespace) -> int:
                             interval_s=args.profile_interval)
     tty = sys.stderr.isatty() and not args.quiet
     opts = RunOptions(command=cmd, db=Path(_db(args)), name=args.name, hz=args.hz, profile=profile,
-                      tokens=args.tokens, status_line=tty, analyze=not args.no_analyze, top=args.top)
+                      tokens=args.tokens, status_line=tty, analyze=not args.no_analyze, top=args.top,
+                      replay=Path(args.replay) if args.replay else None)
     progress = None if args.quiet else (lambda msg: print(f"gpuscope run: {msg}", file=sys.stderr, flush=True))
     outcome = execute(opts, progress)
     summary: dict[str, Any] = outcome.summary

@@ -59,6 +59,8 @@ class RunOptions:
     status_line: bool = False
     analyze: bool = True
     top: int = 10
+    #: Play this recording back (looping) instead of reading the GPUs: for demos and tests.
+    replay: Path | None = None
 
 
 @dataclass
@@ -120,8 +122,17 @@ def execute(opts: RunOptions, progress: Any = None) -> RunOutcome:
     tree = ProcessTree([])
     live = MemorySink(maxlen=4)
     sink = StoreSink(opts.db, name=name, command=" ".join(opts.command), source="run", final_status=None)
-    sampler = Sampler(default_collectors(tree), [sink, live], interval_s=1.0 / opts.hz, tree=tree,
-                      on_degradation=lambda d: say(f"telemetry: {d}"))
+    if opts.replay is not None:
+        from .collectors import HostCollector, ReplayCollector
+
+        if not Path(opts.replay).is_file():
+            raise InputError(str(opts.replay), "no such recording file")
+        collectors = [ReplayCollector(opts.replay, loop=True), HostCollector(tree)]
+    else:
+        collectors = default_collectors(tree)
+    degraded: list[Any] = []
+    sampler = Sampler(collectors, [sink, live], interval_s=1.0 / opts.hz, tree=tree,
+                      on_degradation=degraded.append)
     sampler.start()
     run_id = int(sink.run_id)  # type: ignore[arg-type]
     run_dir = _runs_root(opts.db) / f"{run_id}-{name}"
@@ -158,6 +169,11 @@ def execute(opts: RunOptions, progress: Any = None) -> RunOutcome:
     ended_ns = time.time_ns()
     stats = sampler.stop()
     say(f"child exited with code {code}; storing the run")
+    if degraded:
+        # each degradation once, in one line: the details are in the JSON summary and `gpuscope devices`
+        names = sorted({f"{getattr(d, 'device', None) or '?'}/{getattr(d, 'metric', None) or '*'}" for d in degraded})
+        shown = ", ".join(names[:8]) + (f" and {len(names) - 8} more" if len(names) > 8 else "")
+        say(f"telemetry: {len(names)} metric(s) not available: {shown} (see `gpuscope devices`)")
     summary: dict[str, Any] = {"run_id": run_id, "exit_code": code, "run_dir": str(run_dir),
                                "sampler": stats.to_dict() if hasattr(stats, "to_dict") else {}}
     traces = sorted(p for p in (run_dir / "traces").rglob("*") if p.is_file() and ".json" in p.name)

@@ -238,3 +238,21 @@ print(w.path)
     assert path.exists() and path.parent == tmp_path / "out"
     r = run_cli("analyze", "--db", str(tmp_path / "s.duckdb"), str(path), "--json")
     assert r.code == 0 and any(o["name"] == "aten::mm" for o in r.json()["ops"])
+
+
+def test_replayed_telemetry_gives_energy_per_token_cross_checked(tmp_path: Path) -> None:
+    db = tmp_path / "s.duckdb"
+    rec = REPO / "fixtures" / "recordings" / "synthetic_h100_a100.jsonl"
+    p = gpuscope(db, "run", "--json", "--replay", str(rec), "--tokens", "1000", "--hz", "10", "--", "sleep", "1.5")
+    assert p.returncode == 0, p.stderr
+    doc = json.loads(p.stdout)
+    tele = doc["telemetry"]
+    keys = {g["key"] for g in tele["gpus"]}
+    assert {"gpu0", "gpu1"} <= keys
+    assert tele["energy_source"] == "counter" and tele["energy_j"] > 0
+    # the counter and integrated power describe the same energy (the recording is consistent)
+    assert 0.8 < tele["energy_crosscheck_ratio"] < 1.25
+    assert tele["energy_per_token_j"] == pytest.approx(tele["energy_j"] / 1000)
+    assert "metric(s) not available" in p.stderr and p.stderr.count("not available") == 1
+    specs = {d["key"]: d["spec"] for d in doc["analysis"]["devices"]}
+    assert specs["gpu0"] == "h100-sxm"
