@@ -13,11 +13,11 @@ placed by name family.
 """
 from __future__ import annotations
 
-import json
 from collections import defaultdict
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from .breakdown import _json_or_none
 from .families import kernel_family
 from .roofline import (
     BOUNDS,
@@ -63,15 +63,6 @@ class DeviceRoof:
         }
 
 
-def _loads(text: str | None) -> Any:
-    if text is None:
-        return None
-    try:
-        return json.loads(text)
-    except ValueError:
-        return None
-
-
 def _spec_roof(spec: Any) -> Roof:
     return Roof(spec.key, "spec", dict(spec.peak_flops_per_s), float(spec.mem_bw_bytes_per_s), None)
 
@@ -103,7 +94,7 @@ def device_roofs(con: duckdb.DuckDBPyConnection, run_id: int, roof: str = "spec"
         if forced is not None:
             spec, via, exact = forced, "--gpu", True
         else:
-            p = _loads(props)
+            p = _json_or_none(props)
             if source == "trace" and isinstance(p, dict) and p:
                 ident = db.identify_trace_device(p)
             else:

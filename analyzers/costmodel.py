@@ -1434,8 +1434,9 @@ def _rms_norm_flops(n: int, c: int, affine: bool) -> float:
     return rows * (2 * c + 2) + n * (2 if affine else 1)
 
 
-def _layer_norm(call: _Call) -> OpCost | None:
-    # layer_norm(input, normalized_shape, weight?, bias?, eps, cudnn_enable)
+def _norm_sizes(call: _Call) -> tuple[int, int] | None:
+    """(elements, normalized size) of a norm's input from its normalized_shape argument (else
+    the weight's shape, else the last dim); None when they do not divide."""
     s = call.shape(0)
     if s is None:
         return None
@@ -1444,20 +1445,25 @@ def _layer_norm(call: _Call) -> OpCost | None:
     n = _numel(s)
     if c <= 0 or n % c:
         return None
+    return n, c
+
+
+def _layer_norm(call: _Call) -> OpCost | None:
+    # layer_norm(input, normalized_shape, weight?, bias?, eps, cudnn_enable)
+    sizes = _norm_sizes(call)
+    if sizes is None:
+        return None
+    n, c = sizes
     nbytes = 2 * call.nbytes(0) + call.nbytes(2) + call.nbytes(3)
     return _cost(_layer_norm_flops(n, c), nbytes, _vector_roof(call, [0]), "norm", "layer_norm")
 
 
 def _rms_norm(call: _Call) -> OpCost | None:
     # rms_norm(input, normalized_shape, weight?, eps) ; _fused_rms_norm(input, shape, weight, eps)
-    s = call.shape(0)
-    if s is None:
+    sizes = _norm_sizes(call)
+    if sizes is None:
         return None
-    ns = _to_int_list(call.c(1))
-    c = _numel(ns) if ns else (_numel(call.shape(2) or ()) if call.is_tensor(2) else (s[-1] if s else 1))
-    n = _numel(s)
-    if c <= 0 or n % c:
-        return None
+    n, c = sizes
     affine = call.nd_tensor(2)
     nbytes = 2 * call.nbytes(0) + call.nbytes(2)
     return _cost(_rms_norm_flops(n, c, affine), nbytes, _vector_roof(call, [0]), "norm", "rms_norm")

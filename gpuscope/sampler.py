@@ -535,6 +535,7 @@ class StoreSink(Sink):
         one transaction; detached afterwards so that other processes can open the file."""
         import duckdb
 
+        from . import store
         from .store import _LOCK_RE
 
         if self._mem is None:
@@ -556,13 +557,8 @@ class StoreSink(Sink):
                 raise StoreError(f"{self.db}: cannot open the store: {str(exc).splitlines()[0]}") from None
         try:
             con.execute("USE gs")
-            con.execute("BEGIN TRANSACTION")
-            try:
+            with store.transaction(con):
                 yield con
-            except BaseException:
-                con.execute("ROLLBACK")
-                raise
-            con.execute("COMMIT")
         finally:
             con.execute("USE memory")
             con.execute("DETACH gs")
