@@ -154,59 +154,84 @@ def attribute(con: duckdb.DuckDBPyConnection, run_id: int, roofs: dict[int, Devi
     """
     from .costmodel import op_cost
 
-    # 1. Every op call that launched GPU activity: its GPU time and its cost.
+    # 1. Op calls that launched GPU activity, aggregated per (signature, device): the number of
+    # calls and their GPU time (kernels, memcpys and memsets), and each signature's cost.
     call_rows = con.execute(
         """
-        SELECT k.op_id, mode(k.device_id), sum(k.dur_ns) / 1e3, o.name, o.input_dims, o.input_types, o.concrete_inputs
-        FROM kernels k JOIN ops o ON o.run_id = k.run_id AND o.op_id = k.op_id
-        WHERE k.run_id = ? AND k.op_id IS NOT NULL
-        GROUP BY k.op_id, o.name, o.input_dims, o.input_types, o.concrete_inputs
+        WITH calls AS (
+            SELECT op_id, mode(device_id) AS device_id, sum(dur_ns) AS gpu_ns
+            FROM kernels WHERE run_id = $1 AND op_id IS NOT NULL GROUP BY op_id
+        )
+        SELECT o.name, o.input_dims, o.input_types, o.concrete_inputs, c.device_id, count(*), sum(c.gpu_ns) / 1e3
+        FROM calls c JOIN ops o ON o.run_id = $1 AND o.op_id = c.op_id
+        GROUP BY ALL
         """,
         [run_id],
     ).fetchall()
     cost_cache: dict[tuple[Any, ...], Any] = {}
-    calls: dict[int, tuple[Any, float, int]] = {}  # op_id -> (cost or None, gpu_us, device_id)
-    op_groups: dict[tuple[Any, ...], dict[str, Any]] = {}
-    for op_id, dev, gpu_us, name, dims, types, concrete in call_rows:
-        sig = (name, dims, types, concrete)
+
+    def cost_of(sig: tuple[Any, ...]) -> Any:
         if sig not in cost_cache:
             try:
-                cost_cache[sig] = op_cost(name, dims, types, concrete)
+                cost_cache[sig] = op_cost(*sig)
             except Exception:  # a cost model must never break the analysis
                 cost_cache[sig] = None
-        cost = cost_cache[sig]
-        calls[op_id] = (cost, float(gpu_us), int(dev))
+        return cost_cache[sig]
+
+    op_groups: dict[tuple[Any, ...], dict[str, Any]] = {}
+    for name, dims, types, concrete, dev, n_calls, gpu_us in call_rows:
+        cost = cost_of((name, dims, types, concrete))
         g = op_groups.setdefault((name, dims, types), {
             "name": name, "dims": dims, "types": types, "count": 0, "gpu_us": 0.0, "cost": cost,
-            "devices": defaultdict(int), "models": set(),
+            "devices": defaultdict(int),
         })
-        g["count"] += 1
+        g["count"] += int(n_calls)
         g["gpu_us"] += float(gpu_us)
-        g["devices"][int(dev)] += 1
-        if cost is not None:
-            g["models"].add(cost.model)
+        g["devices"][int(dev)] += int(n_calls)
 
-    # 2. Per op call verdicts.
-    call_verdict: dict[int, Verdict] = {}
-    for op_id, (cost, gpu_us, dev) in calls.items():
+    # 2. The class and the time at the roof of a call depend only on its cost and its device's
+    # roof, not on its duration: one classification per (cost, device).
+    by_cost: dict[tuple[int, int], Verdict | None] = {}
+
+    def call_verdict(cost: Any, dev: int) -> Verdict | None:
         if cost is None or (cost.flops is None and cost.bytes is None):
-            continue
-        roof = roofs.get(dev)
-        call_verdict[op_id] = classify_cost(_work_flops(cost), cost.bytes, cost.dtype, gpu_us,
-                                            roof.roof if roof else NO_ROOF)
+            return None
+        key = (id(cost), dev)
+        if key not in by_cost:
+            roof = roofs.get(dev)
+            by_cost[key] = classify_cost(_work_flops(cost), cost.bytes, cost.dtype, 0.0,
+                                         roof.roof if roof else NO_ROOF)
+        return by_cost[key]
 
-    # 3. Every compute kernel row.
+    # 3. Compute kernels, aggregated per (kernel name, device, attribution, op signature). A
+    # kernel's share of its op call's cost is its duration over the call's GPU time; summed
+    # per group, the shares say how many calls' worth of cost the group carries.
     krows = con.execute(
-        "SELECT name, op_id, device_id, dur_ns / 1e3, attribution FROM kernels "
-        "WHERE run_id = ? AND category = 'compute'",
+        """
+        WITH k AS (
+            SELECT name, op_id, device_id, dur_ns, attribution, category,
+                   CASE WHEN op_id IS NOT NULL
+                        THEN dur_ns / nullif(sum(dur_ns) OVER (PARTITION BY op_id), 0) END AS share
+            FROM kernels WHERE run_id = $1
+        )
+        SELECT k.name, k.device_id, k.attribution, o.name, o.input_dims, o.input_types, o.concrete_inputs,
+               count(*), sum(k.dur_ns) / 1e3, coalesce(sum(k.share), 0)
+        FROM k LEFT JOIN ops o ON o.run_id = $1 AND o.op_id = k.op_id
+        WHERE k.category = 'compute'
+        GROUP BY ALL
+        """,
         [run_id],
     ).fetchall()
+    groups = []
     uncosted_mean: dict[str, list[float]] = {}
-    for name, op_id, _dev, dur_us, _attr in krows:
-        if op_id is None or op_id not in call_verdict:
+    for name, dev, attr, oname, dims, types, concrete, n, dur_us, shares in krows:
+        cost = cost_of((oname, dims, types, concrete)) if oname is not None else None
+        v = call_verdict(cost, int(dev)) if cost is not None else None
+        groups.append((name, attr, int(n), float(dur_us), float(shares), cost, v))
+        if v is None:
             acc = uncosted_mean.setdefault(name, [0.0, 0])
-            acc[0] += dur_us
-            acc[1] += 1
+            acc[0] += float(dur_us)
+            acc[1] += int(n)
     name_verdict: dict[str, Verdict] = {}
     for name, (tot, n) in uncosted_mean.items():
         fam = kernel_family(name)
@@ -214,7 +239,7 @@ def attribute(con: duckdb.DuckDBPyConnection, run_id: int, roofs: dict[int, Devi
 
     roofline_us = {b: 0.0 for b in BOUNDS}
     kern: dict[str, dict[str, Any]] = {}
-    for name, op_id, dev, dur_us, attr in krows:
+    for name, attr, n, dur_us, shares, cost, v in groups:
         k = kern.get(name)
         if k is None:
             fam = kernel_family(name)
@@ -222,20 +247,17 @@ def attribute(con: duckdb.DuckDBPyConnection, run_id: int, roofs: dict[int, Devi
                               "flops": 0.0, "bytes": 0.0, "has_flops": False, "has_bytes": False,
                               "roof_us": 0.0, "roofed_us": 0.0, "family": fam.family,
                               "attribution": defaultdict(int), "reasons": defaultdict(float)}
-        k["attribution"][attr or "none"] += 1
-        v = call_verdict.get(op_id) if op_id is not None else None
+        k["attribution"][attr or "none"] += n
         if v is not None:
-            cost, call_us, _ = calls[op_id]
-            share = dur_us / call_us if call_us > 0 else 0.0
             work = _work_flops(cost)
             if work is not None:
-                k["flops"] += work * share
+                k["flops"] += work * shares
                 k["has_flops"] = True
             if cost.bytes is not None:
-                k["bytes"] += cost.bytes * share
+                k["bytes"] += cost.bytes * shares
                 k["has_bytes"] = True
             if v.roof_us is not None:
-                k["roof_us"] += v.roof_us * share
+                k["roof_us"] += v.roof_us * shares
                 k["roofed_us"] += dur_us
             conf = "graph_capture" if attr == "graph_capture" else v.confidence
         else:
