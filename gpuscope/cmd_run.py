@@ -36,7 +36,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--replay", metavar="FILE", help="play a recording (gpuscope record) back as the GPU telemetry, "
                         "looping, instead of reading the GPUs: for demos and tests")
     parser.add_argument("-q", "--quiet", action="store_true", help="no status line or progress on stderr")
-    parser.add_argument("command", nargs=argparse.REMAINDER, metavar="-- CMD ARGS", help="the command to run")
+    parser.add_argument("cmd", nargs=argparse.REMAINDER, metavar="-- CMD ARGS", help="the command to run")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -46,7 +46,7 @@ def run(args: argparse.Namespace) -> int:
     from .report import render_run_summary
     from .runner import ProfileConfig, RunOptions, execute
 
-    cmd = list(args.command)
+    cmd = list(args.cmd)
     if cmd and cmd[0] == "--":
         cmd = cmd[1:]
     for flag, value, low in (("--profile-delay", args.profile_delay, 0.0), ("--profile-duration", args.profile_duration, 0.0),

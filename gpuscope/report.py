@@ -104,6 +104,9 @@ def render_analysis(doc: dict[str, Any], top: int = 10) -> str:
     devs = doc["devices"]
     if devs:
         for d in devs:
+            if d.get("kind") not in (None, "gpu"):
+                out.append(f"  device {d['key']}: {d.get('name') or 'unnamed'} [{d.get('kind')}]")
+                continue
             spec = d.get("spec") or "spec unknown"
             out.append(f"  device {d['key']}: {d.get('name') or 'unnamed'} [{d.get('vendor')}, {spec}]")
     t = doc["time_us"]

@@ -42,6 +42,9 @@ def test_unknown_command_exits_2_and_leaves_no_run(tmp_path: Path) -> None:
     db = tmp_path / "s.duckdb"
     p = gpuscope(db, "run", "--", "no-such-program-xyz")
     assert p.returncode == 2 and "no-such-program-xyz" in p.stderr and len(p.stderr.strip().splitlines()) == 1
+    assert p.stderr.startswith("gpuscope run: ")
+    p = gpuscope(db, "run", "--hz", "0", "--", "true")
+    assert p.returncode == 2 and p.stderr.startswith("gpuscope run: --hz")
     assert not db.exists() or runs(db) == []
     p = gpuscope(db, "run")
     assert p.returncode == 2 and "nothing to run" in p.stderr
