@@ -259,3 +259,23 @@ def test_replayed_telemetry_gives_energy_per_token_cross_checked(tmp_path: Path)
     assert "metric(s) not available" in p.stderr and p.stderr.count("not available") == 1
     specs = {d["key"]: d["spec"] for d in doc["analysis"]["devices"]}
     assert specs["gpu0"] == "h100-sxm"
+
+
+def test_status_line_shows_elapsed_samples_util_and_power() -> None:
+    from gpuscope.collectors.base import Sample
+    from gpuscope.runner import _status
+
+    class _Stats:
+        ticks = 42
+
+    class _Sampler:
+        stats = _Stats()
+
+    class _Live:
+        def latest(self) -> dict:
+            return {"gpu0": Sample(device="gpu0", ts_ns=0, values={"gpu_util": 0.87, "power_w": 512.0}),
+                    "host": Sample(device="host", ts_ns=0, values={"host_cpu_util": 0.5})}
+
+    line = _status(_Sampler(), _Live(), time.time_ns() - 3_000_000_000)
+    assert line.startswith("gpuscope:") and "42 samples" in line and "gpu0  87%  512 W" in line
+    assert "host" not in line  # only devices with GPU utilisation or power
