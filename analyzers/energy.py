@@ -125,3 +125,63 @@ def run_telemetry(con: duckdb.DuckDBPyConnection, run_id: int, tokens: int | Non
         span_s = (mark_rows[-1][0] - mark_rows[0][0]) / 1e9
         out["marks_span_s"] = span_s
     return out
+
+
+def telemetry_by_bound(con: duckdb.DuckDBPyConnection, run_id: int, kernel_bounds: dict[str, str]) -> dict[str, Any]:
+    """What power, utilisation and clocks did while each class of kernel ran.
+
+    Each GPU telemetry sample taken while a trace covered its GPU (the trace device with the
+    same device index) is given the class of the kernel running at that instant: the bound
+    class of a compute kernel (``kernel_bounds``: kernel name -> bound, from the analysis),
+    ``communication``, ``memory`` (memcpy/memset), or ``idle`` when no activity covered it.
+    Only samples inside the span of the trace's GPU activity count. Returns, per class, the
+    number of samples and the mean of each metric. A coarse picture: one sample every
+    1/hz s, and vendors average some readings (NVML power over 1 s on Ampere and newer).
+    """
+    have = _available(con)
+    cols = [c for c in ("power_w", "gpu_util", "sm_clock_mhz", "mem_clock_mhz", "sm_active", "tensor_active",
+                        "dram_bw_util") if c in have]
+    if not cols:
+        return {}
+    sel = ", ".join(f"s.{c}" for c in cols)
+    rows = con.execute(
+        f"""
+        WITH tdev AS (
+            SELECT device_id, device_index FROM devices
+            WHERE run_id = $1 AND source <> 'trace' AND coalesce(kind, 'gpu') = 'gpu' AND device_index IS NOT NULL
+        ), k AS (
+            SELECT d.device_index, k.ts_ns, k.ts_ns + k.dur_ns AS end_ns, k.name, k.category
+            FROM kernels k JOIN devices d ON d.run_id = k.run_id AND d.device_id = k.device_id
+            WHERE k.run_id = $1 AND d.device_index IS NOT NULL
+        ), span AS (
+            SELECT device_index, min(ts_ns) AS s, max(end_ns) AS e FROM k GROUP BY device_index
+        ), s AS (
+            SELECT s.*, t.device_index FROM samples s JOIN tdev t ON t.device_id = s.device_id
+            JOIN span p ON p.device_index = t.device_index AND s.ts_ns BETWEEN p.s AND p.e
+            WHERE s.run_id = $1
+        )
+        SELECT {sel}, k.name, k.category, s.ts_ns < k.end_ns AS covered
+        FROM s ASOF LEFT JOIN k ON k.device_index = s.device_index AND s.ts_ns >= k.ts_ns
+        """,
+        [run_id],
+    ).fetchall()
+    acc: dict[str, dict[str, Any]] = {}
+    for row in rows:
+        values, name, category, covered = row[:len(cols)], row[len(cols)], row[len(cols) + 1], row[len(cols) + 2]
+        if not covered or name is None:
+            cls = "idle"
+        elif category == "compute":
+            cls = kernel_bounds.get(name, "unknown")
+        else:
+            cls = category
+        a = acc.setdefault(cls, {"samples": 0, **{c: [0.0, 0] for c in cols}})
+        a["samples"] += 1
+        for c, v in zip(cols, values):
+            if v is not None:
+                a[c][0] += float(v)
+                a[c][1] += 1
+    out: dict[str, Any] = {}
+    for cls, a in acc.items():
+        out[cls] = {"samples": a["samples"],
+                    **{f"{c}_mean": a[c][0] / a[c][1] for c in cols if a[c][1]}}
+    return out

@@ -350,6 +350,22 @@ def render_run_summary(summary: dict[str, Any], top: int = 10) -> str:
             if w["samples"] and "power_w_mean" in w:
                 out.append(f"    during window (pid {w['pid']}): util {100 * w.get('gpu_util_mean', 0):.0f}%, "
                            f"power {w['power_w_mean']:.0f} W, {w['samples']} samples")
+    by_class = tele.get("by_kernel_class") or {}
+    if by_class:
+        parts = []
+        for cls in ("compute_bound", "memory_bound", "latency_bound", "unknown", "communication", "memory", "idle"):
+            c = by_class.get(cls)
+            if not c:
+                continue
+            bits = [f"{c['samples']} samples"]
+            if "power_w_mean" in c:
+                bits.append(f"{c['power_w_mean']:.0f} W")
+            if "gpu_util_mean" in c:
+                bits.append(f"util {100 * c['gpu_util_mean']:.0f}%")
+            if "sm_clock_mhz_mean" in c:
+                bits.append(f"{c['sm_clock_mhz_mean']:.0f} MHz")
+            parts.append(f"{cls.replace('_bound', '-bound')}: " + ", ".join(bits))
+        out.append("  telemetry by what the GPU was running (samples inside the traced windows): " + "; ".join(parts))
     if tele.get("energy_j") is not None:
         line = f"  energy: {tele['energy_j']:.1f} J ({tele['energy_source']})"
         if tele.get("energy_integrated_j") is not None and tele.get("energy_source") == "counter":

@@ -300,12 +300,14 @@ def _analyze(db: Path, run_id: int, windows: list[dict[str, Any]], marks: list[d
              tokens: int | None, top: int) -> dict[str, Any]:
     from . import store
     from .analyzers.breakdown import analyze_run
-    from .analyzers.energy import run_telemetry
+    from .analyzers.energy import run_telemetry, telemetry_by_bound
 
     con = store.connect(db, read_only=True)
     try:
         doc = analyze_run(con, run_id)
         tele = run_telemetry(con, run_id, tokens=tokens)
+        bounds = {k["name"]: k.get("bound", "unknown") for k in doc["kernels"] if k.get("category") == "compute"}
+        tele["by_kernel_class"] = telemetry_by_bound(con, run_id, bounds)
     finally:
         con.close()
     return {"analysis": doc, "telemetry": tele}

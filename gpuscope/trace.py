@@ -1140,6 +1140,10 @@ def ingest(
                         "(SELECT coalesce(max(op_id) + 1, 0) FROM ops WHERE run_id = $1)",
                         [run_id],
                     ).fetchone()
+                    taken = {r[0] for r in con.execute("SELECT key FROM devices WHERE run_id = ?", [run_id]).fetchall()}
+                    for d in devices:  # e.g. telemetry's gpu0 and the trace's gpu0: keep keys unique
+                        if d["key"] in taken:
+                            d["key"] = f"trace{d['trace_id'] + offsets[0]}/{d['key']}"
                 _write_rows(con, run_id, infos, devices, all_ops, *offsets)
         finally:
             con.execute("USE memory")
