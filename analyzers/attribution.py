@@ -33,9 +33,6 @@ from .roofline import (
 if TYPE_CHECKING:  # pragma: no cover
     import duckdb
 
-ROOF_SOURCES = ("spec", "measured")
-
-
 @dataclass(frozen=True)
 class DeviceRoof:
     """The roof of one device of a run and how its GPU was identified."""
@@ -148,9 +145,9 @@ def _work_flops(cost: Any) -> float | None:
 def attribute(con: duckdb.DuckDBPyConnection, run_id: int, roofs: dict[int, DeviceRoof]) -> dict[str, Any]:
     """Classify every compute kernel and every op that launched GPU work of ``run_id``.
 
-    Returns ``{"roofline_us", "kernels", "ops", "by_family"}``: ``roofline_us`` splits the
+    Returns ``{"roofline_us", "kernels", "ops"}``: ``roofline_us`` splits the
     compute time into the four bound classes; ``kernels`` (per distinct kernel name) and
-    ``ops`` (per distinct op name, shapes and dtypes) carry their class, cost and roof numbers.
+    ``ops`` (keyed by op name, input_dims text, input_types text, as stored) carry their class, cost and roof numbers.
     """
     from .costmodel import op_cost
 

@@ -120,7 +120,14 @@ def kernel_table(con: duckdb.DuckDBPyConnection, run_id: int, limit: int | None 
 
 
 def op_table(con: duckdb.DuckDBPyConnection, run_id: int, gpu: bool, limit: int | None = None) -> list[dict[str, Any]]:
-    """One entry per distinct (op name, input shapes, input dtypes).
+    """One entry per distinct (op name, input shapes, input dtypes); see :func:`_op_rows`."""
+    return [row for _, row in _op_rows(con, run_id, gpu, limit)]
+
+
+def _op_rows(con: duckdb.DuckDBPyConnection, run_id: int, gpu: bool,
+             limit: int | None = None) -> list[tuple[tuple[str, str | None, str | None], dict[str, Any]]]:
+    """One entry per distinct (op name, input shapes, input dtypes), each with its key as stored
+    (name, input_dims text, input_types text), which the roofline attribution uses too.
 
     With GPU activity, an op's ``kernel_us`` is the GPU time of the activities it launched (its
     kernels, memcpys and memsets), summed over calls, and only ops that launched something are
@@ -161,9 +168,7 @@ def op_table(con: duckdb.DuckDBPyConnection, run_id: int, gpu: bool, limit: int 
         sql += f" LIMIT {int(limit)}"
     out = []
     for name, dims, types, count, kernel_us, cpu_us, kernels in con.execute(sql, params).fetchall():
-        out.append({
-            "_dims_text": dims,
-            "_types_text": types,
+        out.append(((name, dims, types), {
             "name": name,
             "input_dims": _json_or_none(dims),
             "input_types": _json_or_none(types),
@@ -174,7 +179,7 @@ def op_table(con: duckdb.DuckDBPyConnection, run_id: int, gpu: bool, limit: int 
             "cpu_us": float(cpu_us or 0.0),
             "kernels": int(kernels or 0),
             "bound": "unknown",
-        })
+        }))
     return out
 
 
@@ -203,11 +208,11 @@ def _merge_kernels(kernels: list[dict[str, Any]], att: dict[str, Any] | None) ->
                      reason="memcpy / memset activity: not part of compute time")
 
 
-def _merge_ops(ops: list[dict[str, Any]], att: dict[str, Any] | None, gpu: bool) -> None:
+def _merge_ops(ops: list[tuple[tuple[str, str | None, str | None], dict[str, Any]]], att: dict[str, Any] | None,
+               gpu: bool) -> None:
     from .costmodel import op_cost
 
-    for o in ops:
-        key = (o["name"], o.pop("_dims_text"), o.pop("_types_text"))
+    for key, o in ops:
         a = att["ops"].get(key) if att else None
         if a is not None:
             o.update(a)
@@ -246,8 +251,9 @@ def analyze_run(con: duckdb.DuckDBPyConnection, run_id: int, top: int | None = N
     att = attribute(con, run_id, roofs) if gpu_active else None
     kernels = kernel_table(con, run_id, top)
     _merge_kernels(kernels, att)
-    ops = op_table(con, run_id, gpu_active, top)
-    _merge_ops(ops, att, gpu_active)
+    op_rows = _op_rows(con, run_id, gpu_active, top)
+    _merge_ops(op_rows, att, gpu_active)
+    ops = [row for _, row in op_rows]
     roofline_us = att["roofline_us"] if att else {b: 0.0 for b in BOUNDS}
     counts = con.execute(
         "SELECT (SELECT count(*) FROM kernels WHERE run_id = $1), "

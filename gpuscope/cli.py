@@ -71,6 +71,21 @@ def _looks_like_path(ref: str) -> bool:
     return os.sep in ref or ref.lower().endswith((".json", ".gz")) or Path(ref).is_dir()
 
 
+def run_ref_or_ingest(db: Path, ref: str | None, name: str | None = None, announce: bool = False) -> str | None:
+    """A ``RUN`` argument as a run reference: a trace file or directory is ingested first and
+    its new run id returned; a path-like argument that does not exist is an InputError."""
+    if ref is not None and Path(ref).exists() and _looks_like_path(ref):
+        from . import trace
+
+        result = trace.ingest(db, [ref], name=name, progress=trace.stderr_progress(sys.stderr.isatty()))
+        if announce:
+            print(f"ingested {ref} as run {result.run_id} '{result.name}'", file=sys.stderr, flush=True)
+        return str(result.run_id)
+    if ref is not None and _looks_like_path(ref) and not Path(ref).exists() and os.sep in ref:
+        raise InputError(ref, "no such file or directory (and no run of that name)")
+    return ref
+
+
 def cmd_analyze(args: argparse.Namespace) -> int:
     from . import store
     from .report import render_analysis
@@ -78,17 +93,7 @@ def cmd_analyze(args: argparse.Namespace) -> int:
     from .analyzers.breakdown import analyze_run
 
     db = _db(args)
-    ref = args.run
-    if ref is not None and Path(ref).exists() and _looks_like_path(ref):
-        from . import trace
-
-        progress = trace.stderr_progress(sys.stderr.isatty())
-        result = trace.ingest(db, [ref], name=args.name, progress=progress)
-        ref = str(result.run_id)
-        if not args.json:
-            print(f"ingested {args.run} as run {result.run_id} '{result.name}'", file=sys.stderr, flush=True)
-    elif ref is not None and _looks_like_path(ref) and not Path(ref).exists() and os.sep in ref:
-        raise InputError(ref, "no such file or directory (and no run of that name)")
+    ref = run_ref_or_ingest(db, args.run, name=args.name, announce=not args.json)
     con = store.connect(db, read_only=True)
     try:
         run = store.resolve_run(con, ref, db)

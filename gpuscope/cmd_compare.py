@@ -2,9 +2,6 @@
 from __future__ import annotations
 
 import argparse
-import os
-import sys
-from pathlib import Path
 from typing import Any
 
 HELP = "two runs side by side, op by op (e.g. H100 vs MI300X)"
@@ -28,26 +25,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--specs", metavar="FILE", help="extra/overriding GPU spec entries")
 
 
-def _resolve(db: Path, ref: str) -> str:
-    p = Path(ref)
-    if p.exists() and (os.sep in ref or ref.lower().endswith((".json", ".gz")) or p.is_dir()):
-        from . import trace
-
-        result = trace.ingest(db, [ref], progress=trace.stderr_progress(sys.stderr.isatty()))
-        return str(result.run_id)
-    return ref
-
-
 def run(args: argparse.Namespace) -> int:
     """Run the command; returns the exit code."""
     from . import store
     from .analyzers.breakdown import analyze_run
     from .analyzers.compare import compare_docs
-    from .cli import _db, print_json
+    from .cli import _db, print_json, run_ref_or_ingest
     from .report import render_compare
 
     db = _db(args)
-    ref_a, ref_b = _resolve(db, args.run_a), _resolve(db, args.run_b)
+    ref_a = run_ref_or_ingest(db, args.run_a, announce=not args.json)
+    ref_b = run_ref_or_ingest(db, args.run_b, announce=not args.json)
     con = store.connect(db, read_only=True)
     try:
         ra = store.resolve_run(con, ref_a, db)

@@ -60,7 +60,7 @@ def run(args: argparse.Namespace) -> int:
                             interval_s=args.profile_interval)
     tty = sys.stderr.isatty() and not args.quiet
     opts = RunOptions(command=cmd, db=Path(_db(args)), name=args.name, hz=args.hz, profile=profile,
-                      tokens=args.tokens, status_line=tty, analyze=not args.no_analyze, top=args.top,
+                      tokens=args.tokens, status_line=tty, analyze=not args.no_analyze,
                       replay=Path(args.replay) if args.replay else None)
     progress = None if args.quiet else (lambda msg: print(f"gpuscope run: {msg}", file=sys.stderr, flush=True))
     outcome = execute(opts, progress)

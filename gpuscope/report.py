@@ -325,6 +325,23 @@ def render_compare(doc: dict[str, Any], top: int = 15) -> str:
     return "\n".join(out)
 
 
+def _telemetry_stats(st: dict[str, Any]) -> str:
+    """Sample count, utilisation, power, SM clock and temperature from ``{metric}_mean`` /
+    ``{metric}_max`` keys (each shown only when present)."""
+    bits = [f"{st['samples']} samples"]
+    for metric, label, scale, unit in (("gpu_util", "util", 100, "%"), ("power_w", "power", 1, " W"),
+                                       ("sm_clock_mhz", "SM clock", 1, " MHz")):
+        mean, peak = st.get(f"{metric}_mean"), st.get(f"{metric}_max")
+        if mean is not None:
+            text = f"{label} {scale * mean:.0f}{unit}"
+            if peak is not None:
+                text += f" (max {scale * peak:.0f}{unit})"
+            bits.append(text)
+    if st.get("temp_c_max") is not None:
+        bits.append(f"{st['temp_c_max']:.0f} °C max")
+    return ", ".join(bits)
+
+
 def render_run_summary(summary: dict[str, Any], top: int = 10) -> str:
     """The summary ``gpuscope run`` prints at the end."""
     out = [f"gpuscope run {summary['run_id']}: exit code {summary['exit_code']}  (run dir {summary['run_dir']})"]
@@ -335,36 +352,15 @@ def render_run_summary(summary: dict[str, Any], top: int = 10) -> str:
         out.append(f"  traces not ingested: {summary['ingest_error']}")
     tele = summary.get("telemetry") or {}
     for g in tele.get("gpus", []):
-        r = g["run"]
-        bits = [f"{r['samples']} samples"]
-        if "gpu_util_mean" in r:
-            bits.append(f"util {100 * r['gpu_util_mean']:.0f}% mean / {100 * r['gpu_util_max']:.0f}% max")
-        if "power_w_mean" in r:
-            bits.append(f"power {r['power_w_mean']:.0f} W mean / {r['power_w_max']:.0f} W max")
-        if "sm_clock_mhz_mean" in r:
-            bits.append(f"SM clock {r['sm_clock_mhz_mean']:.0f} MHz")
-        if "temp_c_max" in r:
-            bits.append(f"{r['temp_c_max']:.0f} °C max")
-        out.append(f"  {g['key']} ({g.get('name') or '?'}): " + ", ".join(bits))
+        out.append(f"  {g['key']} ({g.get('name') or '?'}): {_telemetry_stats(g['run'])}")
         for w in g.get("windows", []):
-            if w["samples"] and "power_w_mean" in w:
-                out.append(f"    during window (pid {w['pid']}): util {100 * w.get('gpu_util_mean', 0):.0f}%, "
-                           f"power {w['power_w_mean']:.0f} W, {w['samples']} samples")
+            if w["samples"]:
+                out.append(f"    during window (pid {w['pid']}): {_telemetry_stats(w)}")
     by_class = tele.get("by_kernel_class") or {}
     if by_class:
-        parts = []
-        for cls in ("compute_bound", "memory_bound", "latency_bound", "unknown", "communication", "memory", "idle"):
-            c = by_class.get(cls)
-            if not c:
-                continue
-            bits = [f"{c['samples']} samples"]
-            if "power_w_mean" in c:
-                bits.append(f"{c['power_w_mean']:.0f} W")
-            if "gpu_util_mean" in c:
-                bits.append(f"util {100 * c['gpu_util_mean']:.0f}%")
-            if "sm_clock_mhz_mean" in c:
-                bits.append(f"{c['sm_clock_mhz_mean']:.0f} MHz")
-            parts.append(f"{cls.replace('_bound', '-bound')}: " + ", ".join(bits))
+        parts = [f"{cls.replace('_bound', '-bound')}: {_telemetry_stats(by_class[cls])}"
+                 for cls in ("compute_bound", "memory_bound", "latency_bound", "unknown", "communication", "memory",
+                             "idle") if by_class.get(cls)]
         out.append("  telemetry by what the GPU was running (samples inside the traced windows): " + "; ".join(parts))
     if tele.get("energy_j") is not None:
         line = f"  energy: {tele['energy_j']:.1f} J ({tele['energy_source']})"

@@ -20,6 +20,8 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -58,7 +60,6 @@ class RunOptions:
     tokens: int | None = None
     status_line: bool = False
     analyze: bool = True
-    top: int = 10
     #: Play this recording back (looping) instead of reading the GPUs: for demos and tests.
     replay: Path | None = None
 
@@ -175,7 +176,7 @@ def execute(opts: RunOptions, progress: Any = None) -> RunOutcome:
         shown = ", ".join(names[:8]) + (f" and {len(names) - 8} more" if len(names) > 8 else "")
         say(f"telemetry: {len(names)} metric(s) not available: {shown} (see `gpuscope devices`)")
     summary: dict[str, Any] = {"run_id": run_id, "exit_code": code, "run_dir": str(run_dir),
-                               "sampler": stats.to_dict() if hasattr(stats, "to_dict") else {}}
+                               "sampler": stats.to_dict()}
     traces = sorted(p for p in (run_dir / "traces").rglob("*") if p.is_file() and ".json" in p.name)
     ingest_error = None
     if traces:
@@ -188,11 +189,10 @@ def execute(opts: RunOptions, progress: Any = None) -> RunOutcome:
             say(f"could not ingest the traces: {exc}")
     windows = _read_jsonl(run_dir / "windows.jsonl")
     marks = _read_jsonl(run_dir / "marks.jsonl")
-    _store_annotations(opts.db, run_id, windows, marks)
-    _finish(opts.db, run_id, "complete", code, ended_ns, started_ns)
+    _finish(opts.db, run_id, "complete", code, ended_ns, started_ns, _annotation_rows(run_id, windows, marks))
     summary.update(traces=[str(p) for p in traces], windows=windows, marks=len(marks), ingest_error=ingest_error)
     if opts.analyze:
-        summary.update(_analyze(opts.db, run_id, windows, marks, opts.tokens, opts.top))
+        summary.update(_analyze(opts.db, run_id, opts.tokens))
     return RunOutcome(run_id, code, run_dir, summary)
 
 
@@ -245,37 +245,41 @@ def _read_jsonl(path: Path) -> list[dict[str, Any]]:
     return out
 
 
+@contextmanager
+def _writing(db: Path) -> Iterator[Any]:
+    """One short write transaction on the store (the sampler has flushed and let go of it)."""
+    from . import store
+
+    con = store.connect(db, retry_s=10.0)
+    try:
+        with store.transaction(con):
+            yield con
+    finally:
+        con.close()
+
+
 def _update_info(db: Path, run_id: int, extra: dict[str, Any]) -> None:
-    from . import store
-
-    con = store.connect(db, retry_s=10.0)
-    try:
-        with store.transaction(con):
-            row = con.execute("SELECT info FROM runs WHERE id = ?", [run_id]).fetchone()
-            info = json.loads(row[0]) if row and row[0] else {}
-            info.update(extra)
-            con.execute("UPDATE runs SET info = ? WHERE id = ?", [json.dumps(info), run_id])
-    finally:
-        con.close()
+    with _writing(db) as con:
+        row = con.execute("SELECT info FROM runs WHERE id = ?", [run_id]).fetchone()
+        info = json.loads(row[0]) if row and row[0] else {}
+        info.update(extra)
+        con.execute("UPDATE runs SET info = ? WHERE id = ?", [json.dumps(info), run_id])
 
 
-def _finish(db: Path, run_id: int, status: str, code: int | None, ended_ns: int, started_ns: int | None = None) -> None:
-    from . import store
-
-    con = store.connect(db, retry_s=10.0)
-    try:
-        with store.transaction(con):
-            con.execute("UPDATE runs SET status = ?, exit_code = ?, ended_ns = ?, "
-                        "started_ns = coalesce(started_ns, ?) WHERE id = ?",
-                        [status, code, ended_ns, started_ns, run_id])
-    finally:
-        con.close()
+def _finish(db: Path, run_id: int, status: str, code: int | None, ended_ns: int, started_ns: int | None = None,
+            annotations: list[tuple[Any, ...]] | None = None) -> None:
+    """Close the run (status, exit code, end) and store its annotations, in one transaction."""
+    with _writing(db) as con:
+        if annotations:
+            con.executemany("INSERT INTO annotations VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", annotations)
+        con.execute("UPDATE runs SET status = ?, exit_code = ?, ended_ns = ?, "
+                    "started_ns = coalesce(started_ns, ?) WHERE id = ?",
+                    [status, code, ended_ns, started_ns, run_id])
 
 
-def _store_annotations(db: Path, run_id: int, windows: list[dict[str, Any]], marks: list[dict[str, Any]]) -> None:
-    from . import store
-
-    rows = []
+def _annotation_rows(run_id: int, windows: list[dict[str, Any]], marks: list[dict[str, Any]]) -> list[tuple[Any, ...]]:
+    """``annotations`` rows for the profiler windows and the marks the child wrote."""
+    rows: list[tuple[Any, ...]] = []
     for w in windows:
         if isinstance(w.get("start_ns"), int) and isinstance(w.get("end_ns"), int):
             rows.append((run_id, None, "profiler_window", w.get("label") or "window", w["start_ns"],
@@ -286,18 +290,10 @@ def _store_annotations(db: Path, run_id: int, windows: list[dict[str, Any]], mar
             value = {k: m[k] for k in ("tokens", "step", "fields") if k in m}
             rows.append((run_id, None, "mark", str(m.get("name")), m["ts_ns"], None, None, str(m.get("pid")), None,
                          json.dumps(value)))
-    if not rows:
-        return
-    con = store.connect(db, retry_s=10.0)
-    try:
-        with store.transaction(con):
-            con.executemany("INSERT INTO annotations VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", rows)
-    finally:
-        con.close()
+    return rows
 
 
-def _analyze(db: Path, run_id: int, windows: list[dict[str, Any]], marks: list[dict[str, Any]],
-             tokens: int | None, top: int) -> dict[str, Any]:
+def _analyze(db: Path, run_id: int, tokens: int | None) -> dict[str, Any]:
     from . import store
     from .analyzers.breakdown import analyze_run
     from .analyzers.energy import run_telemetry, telemetry_by_bound

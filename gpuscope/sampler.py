@@ -536,25 +536,11 @@ class StoreSink(Sink):
         import duckdb
 
         from . import store
-        from .store import _LOCK_RE
 
         if self._mem is None:
             self._mem = duckdb.connect(":memory:", config={"threads": 1})
         con = self._mem
-        deadline = time.monotonic() + retry_s
-        quoted = "'" + str(self.db).replace("'", "''") + "'"
-        while True:
-            try:
-                con.execute(f"ATTACH {quoted} AS gs")
-                break
-            except duckdb.IOException as exc:
-                m = _LOCK_RE.search(str(exc))
-                if m and time.monotonic() < deadline:
-                    time.sleep(0.05)
-                    continue
-                if m:
-                    raise StoreError(f"{self.db}: the store is busy (held by {m.group(1)}, pid {m.group(2)})") from None
-                raise StoreError(f"{self.db}: cannot open the store: {str(exc).splitlines()[0]}") from None
+        store.retry_while_locked(self.db, retry_s, lambda: con.execute(store.attach_sql(self.db, "gs")))
         try:
             con.execute("USE gs")
             with store.transaction(con):

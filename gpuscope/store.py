@@ -14,11 +14,11 @@ from __future__ import annotations
 import os
 import re
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from .errors import InputError, StoreError
 from .metrics import METRICS
@@ -30,6 +30,8 @@ SCHEMA_VERSION = 3
 #: Block size of new store files. DuckDB's default (256 KiB) makes even an empty store 0.8 MB;
 #: 64 KiB blocks keep small runs small at no measurable cost in speed.
 STORE_BLOCK_SIZE = 65536
+
+T = TypeVar("T")
 
 RUN_STATUSES = ("recording", "complete", "incomplete", "failed")
 
@@ -315,6 +317,27 @@ def _create(path: Path) -> None:
 _LOCK_RE = re.compile(r"Conflicting lock is held in (.*?) \(PID (\d+)\)")
 
 
+def retry_while_locked(path: Path | str, retry_s: float, open_store: Callable[[], T]) -> T:
+    """``open_store()`` (a connect or an ATTACH of the store file), retried for ``retry_s``
+    seconds while another process holds the file's write lock; then a :class:`StoreError`
+    naming that process. Other I/O errors become a :class:`StoreError` at once."""
+    import duckdb
+
+    deadline = time.monotonic() + retry_s
+    while True:
+        try:
+            return open_store()
+        except duckdb.IOException as exc:
+            msg = str(exc)
+            m = _LOCK_RE.search(msg)
+            if m and time.monotonic() < deadline:
+                time.sleep(0.05)
+                continue
+            if m:
+                raise StoreError(f"{path}: the store is busy (held by {m.group(1)}, pid {m.group(2)})") from None
+            raise StoreError(f"{path}: cannot open the store: {msg.splitlines()[0]}") from None
+
+
 def connect(path: Path | str, read_only: bool = False, retry_s: float = 2.0) -> duckdb.DuckDBPyConnection:
     """Open the store at ``path`` and migrate it. ``read_only`` opens never create a file.
 
@@ -328,22 +351,10 @@ def connect(path: Path | str, read_only: bool = False, retry_s: float = 2.0) -> 
         raise StoreError(f"{path}: no store here yet (run `gpuscope ingest` or `gpuscope run` first)")
     if not read_only and not path.exists():
         _create(path)
-    deadline = time.monotonic() + retry_s
-    while True:
-        try:
-            con = duckdb.connect(str(path), read_only=read_only)
-            break
-        except duckdb.IOException as exc:
-            msg = str(exc)
-            m = _LOCK_RE.search(msg)
-            if m and time.monotonic() < deadline:
-                time.sleep(0.05)
-                continue
-            if m:
-                raise StoreError(f"{path}: the store is busy (held by {m.group(1)}, pid {m.group(2)})") from None
-            raise StoreError(f"{path}: cannot open the store: {msg.splitlines()[0]}") from None
-        except duckdb.Error as exc:
-            raise StoreError(f"{path}: not a usable gpuscope store: {str(exc).splitlines()[0]}") from None
+    try:
+        con = retry_while_locked(path, retry_s, lambda: duckdb.connect(str(path), read_only=read_only))
+    except duckdb.Error as exc:
+        raise StoreError(f"{path}: not a usable gpuscope store: {str(exc).splitlines()[0]}") from None
     try:
         if read_only:
             version = schema_version(con)

@@ -986,6 +986,7 @@ def _device_rows(
     ranks = [i.rank for i in infos]
     use_rank = multi and None not in ranks and len(set(ranks)) == len(ranks)
     accel = next(iter(counts["accelerators"]), None)
+    specs = _spec_db() if labels else None
     rows = []
     per_trace: dict[int, list[int | None]] = {}
     for trace_id, _, index in labels:
@@ -1015,21 +1016,27 @@ def _device_rows(
             "num_sms": (props or {}).get("numSms"),
             "warp_size": (props or {}).get("warpSize"),
             "properties": json.dumps(props) if props else None,
-            "spec_key": _spec_key(props, kind),
+            "spec_key": _spec_key(specs, props, kind),
         })
     return rows
 
 
-def _spec_key(props: dict[str, Any] | None, kind: str) -> str | None:
-    """The spec-database key of a trace device when its properties identify it exactly."""
-    if not props or kind != "gpu":
-        return None
+def _spec_db() -> Any:
+    """The GPU spec database, or None when a user spec file does not load: that must not stop
+    an ingest (analysis reports the broken file)."""
     try:
         from .specs import load_specs
 
-        ident = load_specs().identify_trace_device(props)
-    except Exception:  # a user spec file that does not load must not stop an ingest
+        return load_specs()
+    except Exception:
         return None
+
+
+def _spec_key(specs: Any, props: dict[str, Any] | None, kind: str) -> str | None:
+    """The spec-database key of a trace device when its properties identify it exactly."""
+    if specs is None or not props or kind != "gpu":
+        return None
+    ident = specs.identify_trace_device(props)
     return ident.spec.key if ident.spec is not None and ident.exact else None
 
 
