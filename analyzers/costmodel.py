@@ -22,6 +22,7 @@ unparsable JSON) gives ``None``. ``docs/costmodel.md`` lists every formula and c
 """
 from __future__ import annotations
 
+import functools
 import json
 import math
 from dataclasses import dataclass
@@ -122,7 +123,15 @@ def _norm_type(torch_type: str) -> str:
 
 
 def _dtype_info(torch_type: Any) -> tuple[int, str | None, str] | None:
-    if not isinstance(torch_type, str) or not torch_type.strip():
+    if not isinstance(torch_type, str):
+        return None
+    return _dtype_info_str(torch_type)
+
+
+@functools.lru_cache(maxsize=1024)
+def _dtype_info_str(torch_type: str) -> tuple[int, str | None, str] | None:
+    # A trace names a handful of types thousands of times: normalise each once.
+    if not torch_type.strip():
         return None
     return _DTYPES.get(_norm_type(torch_type))
 

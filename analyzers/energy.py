@@ -24,7 +24,8 @@ _STATS = ("gpu_util", "mem_util", "power_w", "sm_clock_mhz", "mem_clock_mhz", "t
 
 def _available(con: duckdb.DuckDBPyConnection) -> set[str]:
     return {r[0] for r in con.execute(
-        "SELECT column_name FROM information_schema.columns WHERE table_name = 'samples'").fetchall()}
+        "SELECT column_name FROM duckdb_columns() WHERE table_name = 'samples' AND schema_name = 'main' "
+        "AND database_name = current_database()").fetchall()}
 
 
 def _window_stats(con: duckdb.DuckDBPyConnection, run_id: int, device_id: int, start_ns: int | None,

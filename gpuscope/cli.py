@@ -40,8 +40,11 @@ def _json_default(o: Any) -> Any:
 
 
 def print_json(doc: Any) -> None:
-    """Print one JSON document on stdout."""
-    sys.stdout.write(json.dumps(doc, default=_json_default, ensure_ascii=False, indent=1) + "\n")
+    """Print one JSON document on stdout: indented for a terminal, compact (one line, and
+    written by the json module's C encoder, several times faster on a large report) for a
+    pipe or a file."""
+    indent = 1 if sys.stdout.isatty() else None
+    sys.stdout.write(json.dumps(doc, default=_json_default, ensure_ascii=False, indent=indent) + "\n")
 
 
 def _db(args: argparse.Namespace) -> Path:
@@ -130,7 +133,7 @@ def cmd_runs(args: argparse.Namespace) -> int:
 
 
 def cmd_sql(args: argparse.Namespace) -> int:
-    import duckdb
+    from ._db import duckdb
 
     from . import store
     from .report import render_rows

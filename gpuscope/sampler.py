@@ -533,7 +533,7 @@ class StoreSink(Sink):
     def _attached(self, retry_s: float) -> Iterator[Any]:
         """The store attached as ``gs`` (and made the default) on the in-memory connection, in
         one transaction; detached afterwards so that other processes can open the file."""
-        import duckdb
+        import duckdb  # the full package: its Arrow scans need duckdb._sources
 
         from . import store
 
@@ -589,7 +589,7 @@ class StoreSink(Sink):
                          json.dumps(props, default=str)])
         finally:
             con.close()
-        import duckdb
+        import duckdb  # the full package: its Arrow scans need duckdb._sources
 
         self._mem = duckdb.connect(":memory:", config={"threads": 1})
         self._last_flush = time.monotonic()

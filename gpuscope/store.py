@@ -259,8 +259,9 @@ assert len(MIGRATIONS) == SCHEMA_VERSION
 def schema_version(con: duckdb.DuckDBPyConnection) -> int:
     """The schema version of the store ``con`` currently uses (0 for an empty database)."""
     has_meta = con.execute(
-        "SELECT count(*) FROM information_schema.tables WHERE table_name = 'meta' AND table_schema = 'main' "
-        "AND table_catalog = current_database()"
+        # duckdb_tables() rather than information_schema: 1 ms against 15 ms per open.
+        "SELECT count(*) FROM duckdb_tables() WHERE table_name = 'meta' AND schema_name = 'main' "
+        "AND database_name = current_database()"
     ).fetchone()[0]
     if not has_meta:
         return 0
@@ -300,7 +301,7 @@ def attach_sql(path: Path | str, alias: str = "store") -> str:
 
 
 def _create(path: Path) -> None:
-    import duckdb
+    from ._db import duckdb
 
     path.parent.mkdir(parents=True, exist_ok=True)
     con = duckdb.connect(":memory:")
@@ -321,7 +322,7 @@ def retry_while_locked(path: Path | str, retry_s: float, open_store: Callable[[]
     """``open_store()`` (a connect or an ATTACH of the store file), retried for ``retry_s``
     seconds while another process holds the file's write lock; then a :class:`StoreError`
     naming that process. Other I/O errors become a :class:`StoreError` at once."""
-    import duckdb
+    from ._db import duckdb
 
     deadline = time.monotonic() + retry_s
     while True:
@@ -344,7 +345,7 @@ def connect(path: Path | str, read_only: bool = False, retry_s: float = 2.0) -> 
     A store held by another writing process is retried for ``retry_s`` seconds (writers keep
     their transactions short), then reported as a :class:`StoreError` naming that process.
     """
-    import duckdb
+    from ._db import duckdb
 
     path = Path(path)
     if read_only and not path.exists():
