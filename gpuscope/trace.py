@@ -606,7 +606,8 @@ def _vendor(props: dict[str, Any] | None, runtime_hip: int, runtime_cuda: int, a
     return "unknown", "gpu"
 
 
-_BUILD_SQL = """
+#: Step 3a: split the parsed events (``ev``) into the tables linking works on.
+_EXTRACT_SQL = """
 CREATE TEMP TABLE gpu AS
 SELECT e.trace_id,
        coalesce(e.device, e.pid, '?') AS dev_label,
@@ -657,6 +658,17 @@ SELECT row_number() OVER (ORDER BY trace_id, ts_ns, dur_ns DESC) - 1 AS op_id,
        input_dims, input_types, input_strides, concrete_inputs
 FROM ev WHERE cls = 'op';
 
+CREATE TEMP TABLE annotation_stage AS
+SELECT trace_id,
+       CASE WHEN name LIKE 'ProfilerStep#%' THEN 'profiler_step' ELSE lower(cat) END AS kind,
+       name, ts_ns, dur_ns,
+       CASE WHEN lower(cat) = 'gpu_user_annotation' THEN coalesce(device, pid) END AS dev_label,
+       pid, tid
+FROM ev WHERE cls = 'annotation';
+"""
+
+#: Linking, on the tables above only (``ev`` is dropped before it runs, to keep memory low).
+_LINK_SQL = """
 CREATE TEMP TABLE op_by_ext AS
 SELECT trace_id, external_id, op_id, ts_ns, dur_ns FROM op_stage WHERE external_id IS NOT NULL
 QUALIFY row_number() OVER (PARTITION BY trace_id, external_id ORDER BY dur_ns, op_id) = 1;
@@ -744,13 +756,6 @@ WITH RECURSIVE anc(op_id) AS (
 )
 SELECT op_id FROM anc;
 
-CREATE TEMP TABLE annotation_stage AS
-SELECT trace_id,
-       CASE WHEN name LIKE 'ProfilerStep#%' THEN 'profiler_step' ELSE lower(cat) END AS kind,
-       name, ts_ns, dur_ns,
-       CASE WHEN lower(cat) = 'gpu_user_annotation' THEN coalesce(device, pid) END AS dev_label,
-       pid, tid
-FROM ev WHERE cls = 'annotation';
 """
 
 
@@ -868,12 +873,15 @@ def stage_traces(
     finally:
         shutil.rmtree(spool_dir, ignore_errors=True)
     progress("linking kernels to launches and ops")
-    con.execute(_BUILD_SQL.replace("{comm}", COMM_RE))
+    con.execute(_EXTRACT_SQL)
     counts = _counts(con)
+    # The parsed events are the largest thing held: free them before linking builds its own.
+    con.execute("DROP TABLE ev; DROP TABLE capture_window")
+    con.execute(_LINK_SQL.replace("{comm}", COMM_RE))
     counts["not_traces"] = not_traces
     counts["graph_replayed_kernels"], counts["graph_mapped_kernels"] = map_graph_replays(con)
-    con.execute("DROP TABLE ev; DROP TABLE gpu; DROP TABLE rt; DROP TABLE rt_link; DROP TABLE op_depth; DROP TABLE op_by_ext; "
-                "DROP TABLE captured; DROP TABLE capture_window")
+    con.execute("DROP TABLE gpu; DROP TABLE rt; DROP TABLE rt_link; DROP TABLE op_depth; DROP TABLE op_by_ext; "
+                "DROP TABLE captured")
     return con, infos, counts
 
 
