@@ -278,12 +278,16 @@ def migrate(con: duckdb.DuckDBPyConnection) -> None:
             f"({SCHEMA_VERSION}): upgrade gpuscope"
         )
     while version < SCHEMA_VERSION:
+        # A new store gets every step in one transaction (one commit instead of one per step);
+        # an existing one is upgraded a step per transaction.
+        last = SCHEMA_VERSION if version == 0 else version + 1
         con.execute("BEGIN TRANSACTION")
         try:
             if version == 0:
                 con.execute("CREATE TABLE IF NOT EXISTS meta (key VARCHAR PRIMARY KEY, value VARCHAR)")
-            MIGRATIONS[version](con)
-            version += 1
+            while version < last:
+                MIGRATIONS[version](con)
+                version += 1
             con.execute(
                 "INSERT OR REPLACE INTO meta VALUES ('schema_version', ?)", [str(version)]
             )
