@@ -1150,6 +1150,9 @@ def ingest(
         progress(f"writing run to {db_path}")
         Path(db_path).parent.mkdir(parents=True, exist_ok=True)
         con.execute(store.attach_sql(db_path))
+        # Checkpoint at commit: the run is written once, compressed, into the file's blocks,
+        # instead of into the WAL first and the blocks again at DETACH (~45 ms per 100k events).
+        con.execute("SET checkpoint_threshold = '0KB'")
         try:
             con.execute("USE store")
             store.migrate(con)
