@@ -509,14 +509,19 @@ def load_trace(con: duckdb.DuckDBPyConnection, trace_id: int, spooled: SpooledTr
     from ._db import duckdb
 
     before = con.execute("SELECT count(*) FROM ev").fetchone()[0]
-    resource_errors = (duckdb.OutOfMemoryException, duckdb.IOException, duckdb.InterruptException)
+    # Out-of-memory is left to stage_traces, which retries without its memory limit.
+    resource_errors = (duckdb.IOException, duckdb.InterruptException)
     try:
         con.execute(_insert_sql(trace_id, base_ns, _typed_source(spooled.spool)))
+    except duckdb.OutOfMemoryException:
+        raise
     except resource_errors as exc:
         raise GpuscopeError(f"{spooled.source}: {str(exc).splitlines()[0]}") from None
     except duckdb.Error:
         try:
             con.execute(_insert_sql(trace_id, base_ns, _lenient_source(spooled.spool)))
+        except duckdb.OutOfMemoryException:
+            raise
         except resource_errors as exc:
             raise GpuscopeError(f"{spooled.source}: {str(exc).splitlines()[0]}") from None
         except duckdb.Error as exc:
@@ -820,6 +825,14 @@ def _staging_connection() -> duckdb.DuckDBPyConnection:
     return con
 
 
+#: DuckDB memory limit while staging. Above it the staged events spill to a temporary
+#: directory instead of growing the process: on the 2-core benchmark VM this cut the peak of
+#: ingesting the A100 trace from 139 to 121 MiB (217k events: 165 to 146 MiB) at no measurable
+#: cost in time (tighter limits cost 15-20 % more time). An input that cannot be staged
+#: within it (DuckDB cannot spill everything) is staged again without a limit.
+STAGING_MEMORY_LIMIT = "100MB"
+
+
 def stage_traces(
     paths: Sequence[Path], progress: Progress = _quiet, optional: Collection[Path] = ()
 ) -> tuple[duckdb.DuckDBPyConnection, list[TraceInfo], dict[str, Any]]:
@@ -830,7 +843,37 @@ def stage_traces(
     ``kernel_stage``, ``op_stage``, ``annotation_stage``), per-file information, and counts.
     Nothing touches the store.
     """
+    from ._db import duckdb
+
+    try:
+        staged = _stage_traces(paths, progress, optional, STAGING_MEMORY_LIMIT)
+        staged[0].execute("RESET memory_limit")  # the write to the store is not bounded
+        return staged
+    except duckdb.OutOfMemoryException:
+        progress(f"staging needs more than {STAGING_MEMORY_LIMIT} of memory: staging again without a limit")
+    try:
+        return _stage_traces(paths, progress, optional, None)
+    except duckdb.OutOfMemoryException as exc:
+        what = ", ".join(str(p) for p in paths)
+        raise GpuscopeError(f"{what}: {str(exc).splitlines()[0]}") from None
+
+
+def _stage_traces(
+    paths: Sequence[Path], progress: Progress, optional: Collection[Path], memory_limit: str | None
+) -> tuple[duckdb.DuckDBPyConnection, list[TraceInfo], dict[str, Any]]:
     con = _staging_connection()
+    try:
+        if memory_limit:
+            con.execute(f"SET memory_limit = {_sql_str(memory_limit)}")
+        return _stage_into(con, paths, progress, optional)
+    except BaseException:
+        con.close()
+        raise
+
+
+def _stage_into(
+    con: duckdb.DuckDBPyConnection, paths: Sequence[Path], progress: Progress, optional: Collection[Path]
+) -> tuple[duckdb.DuckDBPyConnection, list[TraceInfo], dict[str, Any]]:
     con.execute(_EV_DDL)
     infos: list[TraceInfo] = []
     not_traces: list[str] = []

@@ -234,3 +234,40 @@ def test_cpu_fixture_of_the_example_workload(db) -> None:
     assert any(o["name"].startswith("aten::_scaled_dot_product") for o in doc["ops"])
     steps = run_cli("sql", "SELECT count(*) AS n FROM annotations WHERE kind = 'profiler_step'", "--json").json()
     assert steps[0]["n"] == 4
+
+
+def test_staging_that_exceeds_its_memory_limit_is_redone_without_it(tmp_path, db, monkeypatch) -> None:
+    import gpuscope.trace as trace
+
+    limits = []
+    real = trace._stage_traces
+
+    def recording(paths, progress, optional, memory_limit):  # type: ignore[no-untyped-def]
+        limits.append(memory_limit)
+        return real(paths, progress, optional, memory_limit)
+
+    monkeypatch.setattr(trace, "_stage_traces", recording)
+    monkeypatch.setattr(trace, "STAGING_MEMORY_LIMIT", "1MB")  # far below what the JSON reader needs
+    events = [kernel(f"k{i % 7}", float(i * 10), 5.0, corr=i) for i in range(2000)]
+    path = write_trace(tmp_path / "t.json", events, deviceProperties=[{"id": 0, "name": "NVIDIA A100"}])
+    doc = _analyze(path)
+    assert limits == ["1MB", None]
+    assert doc["counts"]["gpu_activities"] == 2000
+    assert doc["time_us"]["compute"] == pytest.approx(10000.0)
+    assert run_cli("sql", "SELECT count(*) AS n FROM runs", "--json").json()[0]["n"] == 1
+
+
+def test_staging_within_its_memory_limit_runs_once(tmp_path, db, monkeypatch) -> None:
+    import gpuscope.trace as trace
+
+    limits = []
+    real = trace._stage_traces
+
+    def recording(paths, progress, optional, memory_limit):  # type: ignore[no-untyped-def]
+        limits.append(memory_limit)
+        return real(paths, progress, optional, memory_limit)
+
+    monkeypatch.setattr(trace, "_stage_traces", recording)
+    path = write_trace(tmp_path / "t.json", [kernel("k", 0.0, 5.0, corr=1)])
+    assert _analyze(path)["counts"]["gpu_activities"] == 1
+    assert limits == [trace.STAGING_MEMORY_LIMIT]
