@@ -271,3 +271,14 @@ def test_staging_within_its_memory_limit_runs_once(tmp_path, db, monkeypatch) ->
     path = write_trace(tmp_path / "t.json", [kernel("k", 0.0, 5.0, corr=1)])
     assert _analyze(path)["counts"]["gpu_activities"] == 1
     assert limits == [trace.STAGING_MEMORY_LIMIT]
+
+
+def test_large_inputs_are_staged_with_several_threads(tmp_path, db, monkeypatch) -> None:
+    import gpuscope.trace as trace
+
+    monkeypatch.setattr(trace, "PARALLEL_JSON_BYTES", 1)  # every input counts as large
+    events = [kernel(f"k{i % 5}", float(i * 10), 4.0, corr=i) for i in range(500)]
+    doc = _analyze(write_trace(tmp_path / "t.json", events))
+    assert doc["counts"]["gpu_activities"] == 500
+    assert doc["time_us"]["compute"] == pytest.approx(2000.0)
+    assert doc["time_us"]["idle"] == pytest.approx(6.0 * 499)
