@@ -162,6 +162,7 @@ def attribute(con: duckdb.DuckDBPyConnection, run_id: int, roofs: dict[int, Devi
         SELECT o.name, o.input_dims, o.input_types, o.concrete_inputs, c.device_id, count(*), sum(c.gpu_ns) / 1e3
         FROM calls c JOIN ops o ON o.run_id = $1 AND o.op_id = c.op_id
         GROUP BY ALL
+        ORDER BY ALL  -- a fixed order, so that float sums come out the same every run
         """,
         [run_id],
     ).fetchall()
@@ -216,6 +217,7 @@ def attribute(con: duckdb.DuckDBPyConnection, run_id: int, roofs: dict[int, Devi
         FROM k LEFT JOIN ops o ON o.run_id = $1 AND o.op_id = k.op_id
         WHERE k.category = 'compute'
         GROUP BY ALL
+        ORDER BY ALL
         """,
         [run_id],
     ).fetchall()

@@ -145,7 +145,7 @@ def _op_rows(con: duckdb.DuckDBPyConnection, run_id: int, gpu: bool,
             FROM ops o JOIN per_op p ON p.op_id = o.op_id
             WHERE o.run_id = ?
             GROUP BY o.name, o.input_dims, o.input_types
-            ORDER BY kernel_us DESC, o.name
+            ORDER BY kernel_us DESC, o.name, o.input_dims, o.input_types
         """
         params = [run_id, run_id]
     else:
@@ -161,7 +161,7 @@ def _op_rows(con: duckdb.DuckDBPyConnection, run_id: int, gpu: bool,
             WHERE o.run_id = ?
             GROUP BY o.name, o.input_dims, o.input_types
             HAVING kernel_us > 0
-            ORDER BY kernel_us DESC, o.name
+            ORDER BY kernel_us DESC, o.name, o.input_dims, o.input_types
         """
         params = [run_id, run_id]
     if limit is not None:

@@ -77,16 +77,25 @@ def _looks_like_path(ref: str) -> bool:
 def run_ref_or_ingest(db: Path, ref: str | None, name: str | None = None, announce: bool = False) -> str | None:
     """A ``RUN`` argument as a run reference: a trace file or directory is ingested first and
     its new run id returned; a path-like argument that does not exist is an InputError."""
+    return open_run_ref(db, ref, name, announce, keep_open=False)[0]
+
+
+def open_run_ref(
+    db: Path, ref: str | None, name: str | None = None, announce: bool = False, keep_open: bool = True
+) -> tuple[str | None, Any]:
+    """:func:`run_ref_or_ingest`, and with ``keep_open`` the connection that wrote an ingested
+    run (None when nothing was ingested): reading the run on it spares opening the store again."""
     if ref is not None and Path(ref).exists() and _looks_like_path(ref):
         from . import trace
 
-        result = trace.ingest(db, [ref], name=name, progress=trace.stderr_progress(sys.stderr.isatty()))
+        result = trace.ingest(db, [ref], name=name, progress=trace.stderr_progress(sys.stderr.isatty()),
+                              keep_open=keep_open)
         if announce:
             print(f"ingested {ref} as run {result.run_id} '{result.name}'", file=sys.stderr, flush=True)
-        return str(result.run_id)
+        return str(result.run_id), result.connection
     if ref is not None and _looks_like_path(ref) and not Path(ref).exists() and os.sep in ref:
         raise InputError(ref, "no such file or directory (and no run of that name)")
-    return ref
+    return ref, None
 
 
 def cmd_analyze(args: argparse.Namespace) -> int:
@@ -96,8 +105,9 @@ def cmd_analyze(args: argparse.Namespace) -> int:
     from .analyzers.breakdown import analyze_run
 
     db = _db(args)
-    ref = run_ref_or_ingest(db, args.run, name=args.name, announce=not args.json)
-    con = store.connect(db, read_only=True)
+    ref, con = open_run_ref(db, args.run, name=args.name, announce=not args.json)
+    if con is None:
+        con = store.connect(db, read_only=True)
     try:
         run = store.resolve_run(con, ref, db)
         doc = analyze_run(con, run.id, roof=args.roof, gpu=args.gpu, specs_path=args.specs)

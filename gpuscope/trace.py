@@ -783,6 +783,9 @@ class IngestResult:
     ignored: dict[str, int]
     linked: dict[str, int]
     notes: list[str] = field(default_factory=list)
+    #: With ``ingest(..., keep_open=True)``: an open connection whose current database is the
+    #: store (the caller closes it); None otherwise.
+    connection: Any = field(default=None, repr=False, compare=False)
 
     def to_json(self) -> dict[str, Any]:
         """The ``ingest --json`` document."""
@@ -1121,8 +1124,13 @@ def ingest(
     progress: Progress = _quiet,
     all_ops: bool = False,
     into_run: int | None = None,
+    keep_open: bool = False,
 ) -> IngestResult:
     """Load Kineto traces (files, ``.gz``, directories) as one run of the store at ``db_path``.
+
+    With ``keep_open``, the connection that wrote the run is handed over in the result's
+    ``connection`` (its current database is the store, its staging tables dropped), so that a
+    caller that goes on to read the run (``analyze TRACE``) does not open the store again.
 
     With ``into_run``, the traces join that existing run (``gpuscope run`` uses this at the end
     of a recording) instead of making a new one; their ids follow the run's existing ones.
@@ -1138,6 +1146,7 @@ def ingest(
     files = expand_paths(paths)
     explicit = {Path(p) for p in paths}
     con, infos, counts = stage_traces(files, progress, optional=[f for f in files if f not in explicit])
+    handed_over: duckdb.DuckDBPyConnection | None = None
     try:
         total_events = sum(i.events for i in infos)
         gpu_rows, op_rows = con.execute(
@@ -1229,18 +1238,26 @@ def ingest(
                         if d["key"] in taken:
                             d["key"] = f"trace{d['trace_id'] + offsets[0]}/{d['key']}"
                 _write_rows(con, run_id, infos, devices, all_ops, *offsets)
+            if keep_open:
+                for (table,) in con.execute(
+                    "SELECT table_name FROM duckdb_tables() WHERE database_name = 'temp'"
+                ).fetchall():
+                    con.execute(f"DROP TABLE temp.{_sql_ident(table)}")
+                handed_over = con
         finally:
-            con.execute("USE memory")
-            con.execute("DETACH store")
+            if handed_over is None:
+                con.execute("USE memory")
+                con.execute("DETACH store")
     finally:
-        con.close()
+        if handed_over is None:
+            con.close()
     file_docs = [
         {"path": i.path, "form": i.form, "size_bytes": i.size_bytes, "json_bytes": i.json_bytes, "events": i.events,
          "ts_relative": i.ts_relative, "base_time_ns": i.base_time_ns, "rank": i.rank}
         for i in infos
     ]
     return IngestResult(run_id, run_name, file_docs, total_events, loaded, counts["skipped"],
-                        counts["ignored"], linked, notes)
+                        counts["ignored"], linked, notes, connection=handed_over)
 
 
 def _write_rows(

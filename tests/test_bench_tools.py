@@ -35,3 +35,4 @@ def test_scale_trace_writes_copies_that_do_not_link_to_each_other(tmp_path, db) 
     assert by_op["aten::mm"]["count"] == 3 and by_op["aten::add"]["count"] == 3
     assert by_op["aten::mm"]["kernel_us"] == pytest.approx(3 * 30.0)
     assert three["counts"]["gpu_activities_without_op"] == 0
+
