@@ -828,7 +828,8 @@ def _staging_connection() -> duckdb.DuckDBPyConnection:
     return con
 
 
-#: DuckDB memory limit while staging. Above it the staged events spill to a temporary
+#: DuckDB memory limit while staging with one thread (inputs under
+#: :data:`PARALLEL_JSON_BYTES`). Above it the staged events spill to a temporary
 #: directory instead of growing the process: on the 2-core benchmark VM this cut the peak of
 #: ingesting the A100 trace from 139 to 121 MiB (217k events: 165 to 146 MiB) at no measurable
 #: cost in time (tighter limits cost 15-20 % more time). An input that cannot be staged
@@ -896,7 +897,11 @@ def _stage_into(
             base = _time_base(spooled.header)
             json_total += spooled.json_bytes
             if json_total >= PARALLEL_JSON_BYTES and not parallel:
+                # Several threads each hold their own read buffers: DuckDB's default limit (a
+                # share of RAM, spilling beyond it) rather than the one-thread staging limit,
+                # which they could outgrow only to be staged all over again.
                 con.execute(f"SET threads = {max(1, min(4, os.cpu_count() or 1))}")
+                con.execute("RESET memory_limit")
                 parallel = True
             try:
                 n = load_trace(con, trace_id, spooled, base)
