@@ -509,24 +509,18 @@ def load_trace(con: duckdb.DuckDBPyConnection, trace_id: int, spooled: SpooledTr
     from ._db import duckdb
 
     before = con.execute("SELECT count(*) FROM ev").fetchone()[0]
-    # Out-of-memory is left to stage_traces, which retries without its memory limit.
-    resource_errors = (duckdb.IOException, duckdb.InterruptException)
-    try:
-        con.execute(_insert_sql(trace_id, base_ns, _typed_source(spooled.spool)))
-    except duckdb.OutOfMemoryException:
-        raise
-    except resource_errors as exc:
-        raise GpuscopeError(f"{spooled.source}: {str(exc).splitlines()[0]}") from None
-    except duckdb.Error:
+    for source in (_typed_source, _lenient_source):
         try:
-            con.execute(_insert_sql(trace_id, base_ns, _lenient_source(spooled.spool)))
+            con.execute(_insert_sql(trace_id, base_ns, source(spooled.spool)))
+            break
         except duckdb.OutOfMemoryException:
-            raise
-        except resource_errors as exc:
+            raise  # left to stage_traces, which retries without its memory limit
+        except (duckdb.IOException, duckdb.InterruptException) as exc:
             raise GpuscopeError(f"{spooled.source}: {str(exc).splitlines()[0]}") from None
         except duckdb.Error as exc:
-            msg = str(exc).splitlines()[0]
-            msg = re.sub(r"^[A-Za-z ]*Error: ", "", msg)
+            if source is _typed_source:
+                continue  # events that do not fit the typed reader: read them leniently
+            msg = re.sub(r"^[A-Za-z ]*Error: ", "", str(exc).splitlines()[0])
             msg = msg.replace(str(spooled.spool), "traceEvents")
             raise InputError(str(spooled.source), f"malformed JSON in the events ({msg})") from None
     return con.execute("SELECT count(*) FROM ev").fetchone()[0] - before
@@ -672,29 +666,6 @@ SELECT trace_id,
 FROM ev WHERE cls = 'annotation';
 """
 
-#: Launches that no op claims by External id, linked to the innermost op on their thread
-#: that encloses them (run only when there are such launches: the sweep costs ~30 ms per
-#: 100k events even when it finds nothing to do).
-_ENCLOSING_LINK_SQL = """
-INSERT INTO rt_link
-WITH q AS (
-    SELECT trace_id, pid, tid, correlation, ts_ns FROM rt
-    WHERE (trace_id, correlation) NOT IN (SELECT trace_id, correlation FROM rt_link)
-), b AS (
-    SELECT trace_id, pid, tid, NULL::BIGINT AS correlation, ts_ns AS t, 1 AS delta, 0 AS ord FROM op_stage
-    UNION ALL SELECT trace_id, pid, tid, NULL, ts_ns + dur_ns, -1, 2 FROM op_stage
-    UNION ALL SELECT trace_id, pid, tid, correlation, ts_ns, 0, 1 FROM q
-), s AS (
-    SELECT *, sum(delta) OVER (PARTITION BY trace_id, pid, tid ORDER BY t, ord ROWS UNBOUNDED PRECEDING) AS open
-    FROM b
-), launches AS (
-    SELECT trace_id, pid, tid, correlation, t AS ts_ns, open FROM s WHERE ord = 1 AND open > 0
-)
-SELECT l.trace_id, l.correlation, d.op_id
-FROM launches l ASOF JOIN op_depth d
-  ON d.trace_id = l.trace_id AND d.pid = l.pid AND d.tid = l.tid AND d.depth = l.open - 1 AND l.ts_ns >= d.ts_ns;
-"""
-
 #: Linking, on the tables above only (``ev`` is dropped before it runs, to keep memory low).
 _LINK_SQL = """
 CREATE TEMP TABLE op_by_ext AS
@@ -723,7 +694,33 @@ WITH b AS (
 )
 SELECT s.trace_id, s.pid, s.tid, s.op_id, s.t AS ts_ns, s.running - 1 AS depth FROM s WHERE delta = 1;
 
--- @enclosing-link
+"""
+
+#: Launches that no op claims by External id, linked to the innermost op on their thread
+#: that encloses them (run only when there are such launches: the sweep costs ~30 ms per
+#: 100k events even when it finds nothing to do).
+_UNCLAIMED_LAUNCHES = "FROM rt WHERE (trace_id, correlation) NOT IN (SELECT trace_id, correlation FROM rt_link)"
+_ENCLOSING_LINK_SQL = f"""
+INSERT INTO rt_link
+WITH q AS (
+    SELECT trace_id, pid, tid, correlation, ts_ns {_UNCLAIMED_LAUNCHES}
+), b AS (
+    SELECT trace_id, pid, tid, NULL::BIGINT AS correlation, ts_ns AS t, 1 AS delta, 0 AS ord FROM op_stage
+    UNION ALL SELECT trace_id, pid, tid, NULL, ts_ns + dur_ns, -1, 2 FROM op_stage
+    UNION ALL SELECT trace_id, pid, tid, correlation, ts_ns, 0, 1 FROM q
+), s AS (
+    SELECT *, sum(delta) OVER (PARTITION BY trace_id, pid, tid ORDER BY t, ord ROWS UNBOUNDED PRECEDING) AS open
+    FROM b
+), launches AS (
+    SELECT trace_id, pid, tid, correlation, t AS ts_ns, open FROM s WHERE ord = 1 AND open > 0
+)
+SELECT l.trace_id, l.correlation, d.op_id
+FROM launches l ASOF JOIN op_depth d
+  ON d.trace_id = l.trace_id AND d.pid = l.pid AND d.tid = l.tid AND d.depth = l.open - 1 AND l.ts_ns >= d.ts_ns;
+"""
+
+#: Linking, after the launches are all claimed: kernels with their launch and op, the op tree.
+_FINISH_LINK_SQL = """
 CREATE TEMP TABLE kernel_stage AS
 SELECT g.trace_id, g.dev_label, g.device_index, g.stream, g.kind,
        CASE WHEN g.kind <> 'kernel' THEN 'memory'
@@ -934,13 +931,10 @@ def _stage_into(
     counts = _counts(con)
     # The parsed events are the largest thing held: free them before linking builds its own.
     con.execute("DROP TABLE ev; DROP TABLE capture_window")
-    link_sql = _LINK_SQL.replace("{comm}", COMM_RE)
-    head, tail = link_sql.split("-- @enclosing-link\n")
-    con.execute(head)
-    if con.execute("SELECT count(*) FROM rt WHERE (trace_id, correlation) NOT IN (SELECT trace_id, correlation FROM rt_link)"
-                   ).fetchone()[0]:
+    con.execute(_LINK_SQL)
+    if con.execute(f"SELECT count(*) {_UNCLAIMED_LAUNCHES}").fetchone()[0]:
         con.execute(_ENCLOSING_LINK_SQL)
-    con.execute(tail)
+    con.execute(_FINISH_LINK_SQL.replace("{comm}", COMM_RE))
     counts["not_traces"] = not_traces
     counts["graph_replayed_kernels"], counts["graph_mapped_kernels"] = map_graph_replays(con)
     con.execute("DROP TABLE gpu; DROP TABLE rt; DROP TABLE rt_link; DROP TABLE op_depth; DROP TABLE op_by_ext; "

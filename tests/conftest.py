@@ -103,3 +103,18 @@ def cpu_op(name: str, ts: float, dur: float, ext: int, dims: Any = None, types: 
     if types is not None:
         a["Input type"] = types
     return {"ph": "X", "cat": cat, "name": name, "pid": pid, "tid": tid, "ts": ts, "dur": dur, "args": a}
+
+
+@pytest.fixture
+def no_user_specs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Keep the developer's own spec files ($GPUSCOPE_SPECS, the XDG config file) out of a test."""
+    monkeypatch.delenv("GPUSCOPE_SPECS", raising=False)
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg"))
+
+
+@pytest.fixture
+def specdb(no_user_specs: None) -> Any:
+    """The spec database as shipped (no user overrides)."""
+    from gpuscope.specs import load_specs
+
+    return load_specs()

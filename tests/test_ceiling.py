@@ -1,26 +1,14 @@
 """`gpuscope ceiling`: decode speed-of-light arithmetic checked by hand against the spec sheet."""
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
 from conftest import run_cli
 from gpuscope.analyzers.ceiling import (BYTES_PER_PARAM, decode_ceiling, kv_bytes_per_token, parse_bytes,
                                         parse_count)
 from gpuscope.errors import InputError
-from gpuscope.specs import load_specs
 
-
-@pytest.fixture(autouse=True)
-def _no_user_specs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv("GPUSCOPE_SPECS", raising=False)
-    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg"))
-
-
-@pytest.fixture
-def specdb():
-    return load_specs()
+pytestmark = pytest.mark.usefixtures("no_user_specs")
 
 
 # -- parsing ---------------------------------------------------------------------------------

@@ -236,10 +236,11 @@ def test_cpu_fixture_of_the_example_workload(db) -> None:
     assert steps[0]["n"] == 4
 
 
-def test_staging_that_exceeds_its_memory_limit_is_redone_without_it(tmp_path, db, monkeypatch) -> None:
+def _record_staging_limits(monkeypatch: pytest.MonkeyPatch) -> list[str | None]:
+    """The memory limit of every staging attempt, in order (staging still runs for real)."""
     import gpuscope.trace as trace
 
-    limits = []
+    limits: list[str | None] = []
     real = trace._stage_traces
 
     def recording(paths, progress, optional, memory_limit):  # type: ignore[no-untyped-def]
@@ -247,6 +248,13 @@ def test_staging_that_exceeds_its_memory_limit_is_redone_without_it(tmp_path, db
         return real(paths, progress, optional, memory_limit)
 
     monkeypatch.setattr(trace, "_stage_traces", recording)
+    return limits
+
+
+def test_staging_that_exceeds_its_memory_limit_is_redone_without_it(tmp_path, db, monkeypatch) -> None:
+    import gpuscope.trace as trace
+
+    limits = _record_staging_limits(monkeypatch)
     monkeypatch.setattr(trace, "STAGING_MEMORY_LIMIT", "1MB")  # far below what the JSON reader needs
     events = [kernel(f"k{i % 7}", float(i * 10), 5.0, corr=i) for i in range(2000)]
     path = write_trace(tmp_path / "t.json", events, deviceProperties=[{"id": 0, "name": "NVIDIA A100"}])
@@ -260,14 +268,7 @@ def test_staging_that_exceeds_its_memory_limit_is_redone_without_it(tmp_path, db
 def test_staging_within_its_memory_limit_runs_once(tmp_path, db, monkeypatch) -> None:
     import gpuscope.trace as trace
 
-    limits = []
-    real = trace._stage_traces
-
-    def recording(paths, progress, optional, memory_limit):  # type: ignore[no-untyped-def]
-        limits.append(memory_limit)
-        return real(paths, progress, optional, memory_limit)
-
-    monkeypatch.setattr(trace, "_stage_traces", recording)
+    limits = _record_staging_limits(monkeypatch)
     path = write_trace(tmp_path / "t.json", [kernel("k", 0.0, 5.0, corr=1)])
     assert _analyze(path)["counts"]["gpu_activities"] == 1
     assert limits == [trace.STAGING_MEMORY_LIMIT]

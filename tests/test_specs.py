@@ -24,16 +24,7 @@ REFERENCE_KEYS = ("a100-sxm", "a100-pcie-40gb", "a100-pcie-80gb", "h100-sxm", "h
                   "mi350x", "mi355x", "rx7900xtx", "w7900")
 
 
-@pytest.fixture(autouse=True)
-def _no_user_specs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Keep the developer's own spec files out of these tests."""
-    monkeypatch.delenv("GPUSCOPE_SPECS", raising=False)
-    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg"))
-
-
-@pytest.fixture
-def specdb():
-    return load_specs()
+pytestmark = pytest.mark.usefixtures("no_user_specs")
 
 
 def _props(rel: str) -> dict:
