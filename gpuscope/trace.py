@@ -383,6 +383,8 @@ _FIELDS: tuple[tuple[str, str, str], ...] = (
     ("launch_kernel", "args.kernel", "{x}"),
 )
 _FIELD_NAMES = tuple(f[0] for f in _FIELDS)
+#: Read as JSON text, so that only JSON numbers count as times: a string ("200") or a boolean
+#: ``ts``/``dur`` makes the event malformed, as the reference definition has it.
 _NUMERIC_TOP = ("ts", "dur")
 
 
@@ -405,7 +407,7 @@ def _typed_source(spool: Path) -> str:
         if k.startswith("args.") and k[5:].lower() not in seen:
             seen.add(k[5:].lower())
             arg_keys.append(k[5:])
-    cols = [f"{k}: {_sql_str('DOUBLE' if k in _NUMERIC_TOP else 'VARCHAR')}" for k in top]
+    cols = [f"{k}: {_sql_str('JSON' if k in _NUMERIC_TOP else 'VARCHAR')}" for k in top]
     struct = ", ".join(f"{_sql_ident(k)} VARCHAR" for k in arg_keys)
     cols.append(f"args: {_sql_str(f'STRUCT({struct})')}")
     sel = []
@@ -425,16 +427,16 @@ def _typed_source(spool: Path) -> str:
 def _lenient_source(spool: Path) -> str:
     """Events read as JSON text with every field pulled out by path: never fails on an event
     that is valid JSON, whatever its shape."""
-    paths = []
-    for _, key, _ in _FIELDS:
-        if key.startswith("args."):
-            paths.append("$.args." + _sql_ident(key[5:]))
-        else:
-            paths.append("$." + key)
+    paths, sel = [], []
+    for name, key, _ in _FIELDS:
+        if key in _NUMERIC_TOP:  # as JSON text: a string "200" keeps its quotes and is no number
+            sel.append(f"json_extract(json, {_sql_str('$.' + key)}) AS {name}")
+            continue
+        paths.append("$.args." + _sql_ident(key[5:]) if key.startswith("args.") else "$." + key)
+        sel.append(f"v[{len(paths)}] AS {name}")
     plist = "[" + ", ".join(_sql_str(p) for p in paths) + "]"
-    sel = ", ".join(f"v[{i + 1}] AS {name}" for i, name in enumerate(_FIELD_NAMES))
     return (
-        f"SELECT json_type(json) AS jtype, {sel} FROM (SELECT json, json_extract_string(json, {plist}) AS v "
+        f"SELECT json_type(json) AS jtype, {', '.join(sel)} FROM (SELECT json, json_extract_string(json, {plist}) AS v "
         f"FROM read_json_objects({_sql_str(str(spool))}, format='array', maximum_object_size=16777216))"
     )
 
@@ -479,7 +481,7 @@ FROM (
              ELSE 'runtime' END
       ELSE 'ignored' END AS cls
   FROM (
-    SELECT jtype, {conv}, TRY_CAST(ts_us AS DOUBLE) AS ts_us, TRY_CAST(dur_us AS DOUBLE) AS dur_us,
+    SELECT jtype, {conv}, TRY_CAST(ts_us::VARCHAR AS DOUBLE) AS ts_us, TRY_CAST(dur_us::VARCHAR AS DOUBLE) AS dur_us,
            lower(cat) AS lc
     FROM ({source})
   )

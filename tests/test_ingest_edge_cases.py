@@ -141,6 +141,27 @@ def test_malformed_events_are_skipped_and_counted(tmp_path, db) -> None:
     assert "Skipped malformed events" in text and "2 not an object" in text
 
 
+@pytest.mark.parametrize("reader", ["typed", "lenient"])
+def test_only_json_numbers_are_times(tmp_path, db, reader) -> None:
+    # A numeric string or a boolean is not a time (design.md §4.2's "numeric ts and dur", as
+    # the shared reference_breakdown.py reads it): both JSON readers skip such events. A
+    # non-object element sends the whole trace down the lenient reader.
+    events = [
+        kernel("a", 100.0, 10.0),
+        {**kernel("b", 0.0, 10.0), "ts": "200"},
+        {**kernel("c", 300.0, 0.0), "dur": "10"},
+        {**kernel("d", 0.0, 10.0), "ts": True},
+        {**kernel("e", 350.0, 0.0), "dur": False},
+        kernel("f", 400.0, 10.0),
+    ] + ([7] if reader == "lenient" else [])
+    r = run_cli("ingest", write_trace(tmp_path / "t.json", events), "--json", "-q")
+    assert r.code == 0, r.err
+    assert r.json()["skipped"]["reasons"] == {
+        "no numeric ts": 2, "no numeric dur": 2, **({"not an object": 1} if reader == "lenient" else {})}
+    doc = run_cli("analyze", "--json").json()
+    assert doc["time_us"]["compute"] == 20.0 and doc["time_us"]["idle"] == 290.0
+
+
 def test_trace_without_cpu_side(tmp_path, db) -> None:
     doc = _analyze(write_trace(tmp_path / "t.json", [kernel("k", 0.0, 1.0), kernel("k", 2.0, 1.0)]))
     assert doc["ops"] == [] and doc["counts"]["gpu_activities_without_op"] == 2
