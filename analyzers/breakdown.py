@@ -4,7 +4,7 @@ per op. Pure functions over a store connection; they return plain data and never
 Definitions (the same as Holistic Trace Analysis's categories, see ``docs/analysis.md``):
 
 - GPU activity is every trace event of category ``kernel``, ``gpu_memcpy`` or ``gpu_memset``
-  (any capitalisation), stored in ``kernels`` with ``kind`` kernel / memcpy / memset.
+  (any capitalisation; older Kineto's ``Memcpy`` / ``Memset`` count as the latter two), stored in ``kernels`` with ``kind`` kernel / memcpy / memset.
 - ``memory`` is memcpy plus memset time (by category, or a kernel named ``Memcpy...`` /
   ``Memset...``); ``communication`` is kernels whose name mentions nccl, rccl, msccl or hccl;
   ``compute`` is every other kernel.

@@ -441,7 +441,10 @@ def _lenient_source(spool: Path) -> str:
     )
 
 
-GPU_CATEGORIES = ("kernel", "gpu_memcpy", "gpu_memset")
+#: Categories of GPU activity, lower-cased. ``memcpy`` and ``memset`` are the names older
+#: Kineto (PyTorch 1.8-1.9) gave ``gpu_memcpy`` and ``gpu_memset`` (as ``Memcpy``/``Memset``,
+#: next to ``Kernel`` and ``Runtime``); Holistic Trace Analysis counts them as memory kernels.
+GPU_CATEGORIES = ("kernel", "gpu_memcpy", "gpu_memset", "memcpy", "memset")
 OP_CATEGORIES = ("cpu_op", "operator")
 ANNOTATION_CATEGORIES = ("user_annotation", "gpu_user_annotation")
 
@@ -614,8 +617,8 @@ SELECT e.trace_id,
        coalesce(e.device, e.pid, '?') AS dev_label,
        TRY_CAST(coalesce(e.device, e.pid) AS INTEGER) AS device_index,
        e.stream,
-       CASE WHEN lower(e.cat) = 'gpu_memcpy' THEN 'memcpy'
-            WHEN lower(e.cat) = 'gpu_memset' THEN 'memset'
+       CASE WHEN lower(e.cat) IN ('gpu_memcpy', 'memcpy') THEN 'memcpy'
+            WHEN lower(e.cat) IN ('gpu_memset', 'memset') THEN 'memset'
             WHEN regexp_matches(lower(coalesce(e.name, '')), '^(hip)?memcpy') THEN 'memcpy'
             WHEN regexp_matches(lower(coalesce(e.name, '')), '^(hip)?memset') THEN 'memset'
             ELSE 'kernel' END AS kind,
