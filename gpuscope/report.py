@@ -218,7 +218,9 @@ def render_analysis(doc: dict[str, Any], top: int = 10) -> str:
     if skipped:
         out.append("")
         out.append("Skipped malformed events: " + ", ".join(f"{n} {r}" for r, n in skipped.items()))
-    notes = [n for n in doc.get("notes", []) if not n.startswith("skipped ") and not n.startswith("no GPU activity")]
+    # The ingest notes on skipped events, a CPU-only trace and graph replays repeat what is said above.
+    notes = [n for n in doc.get("notes", [])
+             if not n.startswith(("skipped ", "no GPU activity")) and "kernels replayed from CUDA/HIP graphs" not in n]
     for n in notes:
         out.append(f"note: {n}")
     return "\n".join(out)

@@ -148,6 +148,8 @@ def test_graph_replay_without_capture_never_collapses_into_the_launching_op(tmp_
     fams = {k["name"]: (k["family"], k["confidence"]) for k in doc["kernels"]}
     assert fams["sm90_xmma_gemm_bf16"] == ("gemm", "family")
     assert doc["counts"]["graph_replayed_kernels"] == 2 and doc["counts"]["graph_kernels_mapped_to_ops"] == 0
+    text = run_cli("analyze").out
+    assert text.count("kernels replayed from CUDA/HIP graphs") == 1  # said once, not again as an ingest note
 
 
 def test_shared_vllm_graph_pair_maps_every_replayed_kernel(db: Path) -> None:
