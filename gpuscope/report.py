@@ -2,9 +2,13 @@
 from __future__ import annotations
 
 import json
+import re
 import shutil
 from collections.abc import Sequence
 from typing import Any
+
+#: The ingest note on malformed events, which both reports already show as a line of their own.
+_MALFORMED_NOTE = re.compile(r"skipped \d+ malformed events")
 
 
 def fmt_us(us: float | None) -> str:
@@ -220,7 +224,8 @@ def render_analysis(doc: dict[str, Any], top: int = 10) -> str:
         out.append("Skipped malformed events: " + ", ".join(f"{n} {r}" for r, n in skipped.items()))
     # The ingest notes on skipped events, a CPU-only trace and graph replays repeat what is said above.
     notes = [n for n in doc.get("notes", [])
-             if not n.startswith(("skipped ", "no GPU activity")) and "kernels replayed from CUDA/HIP graphs" not in n]
+             if not _MALFORMED_NOTE.match(n) and not n.startswith("no GPU activity")
+             and "kernels replayed from CUDA/HIP graphs" not in n]
     for n in notes:
         out.append(f"note: {n}")
     return "\n".join(out)
@@ -258,7 +263,7 @@ def render_ingest(doc: dict[str, Any]) -> str:
     if sk["malformed"]:
         lines.append("  skipped: " + ", ".join(f"{n} {r}" for r, n in sk["reasons"].items()))
     for n in doc.get("notes", []):
-        if not n.startswith("skipped "):
+        if not _MALFORMED_NOTE.match(n):  # said on the "skipped:" line
             lines.append(f"  note: {n}")
     lines.append(f"next: gpuscope analyze {doc['run_id']}")
     return "\n".join(lines)

@@ -208,6 +208,17 @@ def test_several_files_and_directories_make_one_run(tmp_path, db) -> None:
     assert doc["time_us"]["compute"] == 8.0 and doc["time_us"]["idle"] == 4.0
 
 
+def test_json_files_in_a_directory_that_are_not_traces_are_named_in_both_reports(tmp_path, db) -> None:
+    d = tmp_path / "run"
+    d.mkdir()
+    write_trace(d / "rank0.json", [kernel("k", 0.0, 2.0)])
+    (d / "config.json").write_text('{"model": "m"}')
+    r = run_cli("ingest", d)
+    assert r.code == 0, r.err
+    assert "note: skipped files that are not traces: config.json" in r.out
+    assert "note: skipped files that are not traces: config.json" in run_cli("analyze").out
+
+
 def test_profiler_steps_and_annotations_are_kept(tmp_path, db) -> None:
     events = [
         {"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#3", "pid": 1, "tid": 1, "ts": 0, "dur": 100},
