@@ -125,7 +125,8 @@ def cmd_runs(args: argparse.Namespace) -> int:
     from .report import render_runs
 
     db = _db(args)
-    if not db.exists():
+    store.check_store_path(db)
+    if not store.store_exists(db):
         runs: list[dict[str, Any]] = []
     else:
         con = store.connect(db, read_only=True)

@@ -304,6 +304,59 @@ def attach_sql(path: Path | str, alias: str = "store") -> str:
     return f"ATTACH {quoted} AS {alias}{options}"
 
 
+#: Bytes 8-11 of every DuckDB database file.
+_DUCKDB_MAGIC = b"DUCK"
+
+
+def store_exists(path: Path | str) -> bool:
+    """Whether a store file is at ``path``. An empty file (``--db "$(mktemp)"``) is no store
+    yet: it holds nothing, and the first write makes the store there."""
+    try:
+        return Path(path).stat().st_size > 0
+    except FileNotFoundError:
+        return False
+
+
+def check_store_path(path: Path | str) -> None:
+    """Raise :class:`StoreError` when ``path`` cannot be a store: a directory, or an existing
+    file that is not a DuckDB database (DuckDB's own errors for these are misleading)."""
+    p = Path(path)
+    if p.is_dir():
+        raise StoreError(f"{p}: is a directory, not a store file (pass --db DIR/gpuscope.duckdb)")
+    try:
+        with open(p, "rb") as f:
+            head = f.read(12)
+    except FileNotFoundError:
+        return
+    except OSError as exc:
+        raise StoreError(f"{p}: cannot read the store: {exc.strerror or exc}") from None
+    if head and head[8:12] != _DUCKDB_MAGIC:
+        raise StoreError(f"{p}: not a gpuscope store (the file is not a DuckDB database)")
+
+
+def _clear_empty(path: Path) -> None:
+    # DuckDB refuses to open an existing empty file; it holds nothing, so the store replaces it.
+    if path.exists() and not store_exists(path):
+        path.unlink()
+
+
+def open_attached(con: duckdb.DuckDBPyConnection, path: Path | str, alias: str = "store", retry_s: float = 2.0) -> None:
+    """``ATTACH`` the store at ``path`` (creating its folder and file if needed) to ``con``,
+    retried while another process writes to it; any failure is a :class:`StoreError`."""
+    from ._db import duckdb
+
+    check_store_path(path)
+    try:
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        _clear_empty(Path(path))
+    except OSError as exc:
+        raise StoreError(f"{path}: cannot create the store: {exc.strerror or exc}") from None
+    try:
+        retry_while_locked(path, retry_s, lambda: con.execute(attach_sql(path, alias)))
+    except duckdb.Error as exc:
+        raise StoreError(f"{path}: not a usable gpuscope store: {str(exc).splitlines()[0]}") from None
+
+
 def _create(path: Path) -> None:
     from ._db import duckdb
 
@@ -352,10 +405,19 @@ def connect(path: Path | str, read_only: bool = False, retry_s: float = 2.0) -> 
     from ._db import duckdb
 
     path = Path(path)
-    if read_only and not path.exists():
+    check_store_path(path)
+    if read_only and not store_exists(path):
         raise StoreError(f"{path}: no store here yet (run `gpuscope ingest` or `gpuscope run` first)")
-    if not read_only and not path.exists():
-        _create(path)
+    if not read_only and not store_exists(path):
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            _clear_empty(path)
+        except OSError as exc:
+            raise StoreError(f"{path}: cannot create the store: {exc.strerror or exc}") from None
+        try:
+            _create(path)
+        except duckdb.Error as exc:
+            raise StoreError(f"{path}: cannot create the store: {str(exc).splitlines()[0]}") from None
     try:
         con = retry_while_locked(path, retry_s, lambda: duckdb.connect(str(path), read_only=read_only))
     except duckdb.Error as exc:

@@ -1147,6 +1147,7 @@ def ingest(
     """
     from . import store
 
+    store.check_store_path(db_path)  # before the parse: a bad --db should not cost a long ingest
     files = expand_paths(paths)
     explicit = {Path(p) for p in paths}
     con, infos, counts = stage_traces(files, progress, optional=[f for f in files if f not in explicit])
@@ -1204,8 +1205,7 @@ def ingest(
             "notes": notes,
         }
         progress(f"writing run to {db_path}")
-        Path(db_path).parent.mkdir(parents=True, exist_ok=True)
-        con.execute(store.attach_sql(db_path))
+        store.open_attached(con, db_path)
         # Checkpoint at commit: the run is written once, compressed, into the file's blocks,
         # instead of into the WAL first and the blocks again at DETACH (~45 ms per 100k events).
         con.execute("SET checkpoint_threshold = '0KB'")

@@ -147,3 +147,41 @@ def test_real_process_shows_no_traceback(tmp_path, db) -> None:
     p = subprocess.run([sys.executable, "-m", "gpuscope", "ingest", str(bad)], capture_output=True, text=True)
     assert p.returncode == 2 and p.stdout == ""
     assert p.stderr.count("\n") == 1 and "trunc.json.gz" in p.stderr and "Traceback" not in p.stderr
+
+
+def _bad_stores(d: Path) -> dict[str, tuple[Path, str]]:
+    (d / "a_dir").mkdir()
+    (d / "notes.txt").write_text("my notes, not a store")
+    (d / "short.bin").write_bytes(b"\x00\x01")
+    return {
+        "directory": (d / "a_dir", "is a directory"),
+        "text_file": (d / "notes.txt", "not a DuckDB database"),
+        "short_file": (d / "short.bin", "not a DuckDB database"),
+        "under_a_file": (d / "notes.txt" / "store.duckdb", "cannot"),
+    }
+
+
+@pytest.mark.parametrize("case", ["directory", "text_file", "short_file", "under_a_file"])
+@pytest.mark.parametrize("command", ["ingest", "analyze", "runs", "sql", "run"])
+def test_a_db_path_that_cannot_be_a_store(case, command, tmp_path) -> None:
+    trace = write_trace(tmp_path / "ok.json", [kernel("k", 0.0, 1.0)])
+    path, problem = _bad_stores(tmp_path)[case]
+    before = sorted((p.name, p.stat().st_size) for p in tmp_path.rglob("*"))
+    argv = {"ingest": ("ingest", trace), "analyze": ("analyze", trace), "runs": ("runs",),
+            "sql": ("sql", "SELECT 1"), "run": ("run", "--", sys.executable, "-c", "pass")}[command]
+    r = run_cli(*argv, "--db", path) if command != "run" else run_cli("run", "--db", path, *argv[1:])
+    assert r.code == 2, (r.out, r.err)
+    (line,) = r.err.strip().splitlines()
+    assert str(path) in line and problem in line and "Traceback" not in r.err
+    assert sorted((p.name, p.stat().st_size) for p in tmp_path.rglob("*")) == before
+
+
+def test_an_empty_file_is_a_new_store(tmp_path) -> None:
+    # `--db "$(mktemp)"`: DuckDB refuses an existing empty file; gpuscope makes the store there.
+    db = tmp_path / "tmp.XXXX"
+    db.write_bytes(b"")
+    assert run_cli("runs", "--db", db).out.startswith("no runs yet")
+    assert run_cli("analyze", "--db", db).code == 2
+    r = run_cli("ingest", write_trace(tmp_path / "ok.json", [kernel("k", 0.0, 1.0)]), "--db", db, "-q")
+    assert r.code == 0, r.err
+    assert [x["name"] for x in run_cli("runs", "--db", db, "--json").json()] == ["ok"]
