@@ -28,10 +28,18 @@ def fmt_pct(part: float, whole: float) -> str:
     return f"{100.0 * part / whole:5.1f}%" if whole else "    -"
 
 
+#: Epoch nanoseconds below this (one year) cannot be a wall-clock time.
+RELATIVE_NS_LIMIT = 365 * 86400 * 10**9
+
+
 def fmt_ns_time(ns: int | None) -> str:
-    """Epoch nanoseconds as local ``YYYY-MM-DD HH:MM:SS``."""
+    """Epoch nanoseconds as local ``YYYY-MM-DD HH:MM:SS``; ``(relative)`` for times from a trace
+    with relative timestamps and no ``baseTimeNanoseconds`` (they count from the profiler's start,
+    so they fall in the first days of 1970)."""
     if ns is None:
         return "-"
+    if abs(ns) < RELATIVE_NS_LIMIT:
+        return "(relative)"
     import datetime
 
     return datetime.datetime.fromtimestamp(ns / 1e9).strftime("%Y-%m-%d %H:%M:%S")

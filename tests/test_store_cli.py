@@ -97,6 +97,11 @@ def test_runs_json_contract(tmp_path, db) -> None:
     assert runs[0]["ended_ns"] - runs[0]["started_ns"] == 41_000
     text = run_cli("runs").out
     assert "newer" in text and "older" in text
+    # relative timestamps without baseTimeNanoseconds: no wall-clock start to show, not 1970
+    assert "(relative)" in text and "1970-" not in text
+    based = write_trace(tmp_path / "based.json", [kernel("k", 10.0, 1.0)], baseTimeNanoseconds=1_763_800_000_000_000_000)
+    assert run_cli("ingest", based, "-q").code == 0
+    assert "2025-11-2" in run_cli("runs").out
 
 
 def test_runs_on_a_missing_store_is_empty(db) -> None:
