@@ -23,3 +23,24 @@ def test_analyze_of_a_path_equals_ingest_then_analyze(which, tmp_path, db) -> No
     assert a["run"]["id"] != b["run"]["id"]
     a.pop("run"), b.pop("run")
     assert a == b
+
+
+def test_the_handed_over_connection_holds_no_staging_table(tmp_path) -> None:
+    """`ingest(keep_open=True)` drops its staging tables by name (STAGING_TABLES): every
+    temporary table the ingest made must be in that list, or it would stay in memory."""
+    import re
+    from pathlib import Path
+
+    from conftest import FIXTURES, REPO
+    from gpuscope import trace
+
+    made = set(re.findall(r"CREATE TEMP TABLE (\w+)", (REPO / "gpuscope" / "trace.py").read_text()))
+    assert made <= set(trace.STAGING_TABLES)
+    r = trace.ingest(tmp_path / "s.duckdb", [FIXTURES / "traces" / "cpu_tiny_llm.pt.trace.json.gz"], keep_open=True)
+    try:
+        left = r.connection.execute("SELECT table_name FROM duckdb_tables() WHERE database_name = 'temp'").fetchall()
+        assert left == []
+        assert r.connection.execute("SELECT count(*) FROM ops").fetchone()[0] > 0  # the store is current
+    finally:
+        r.connection.close()
+    assert Path(tmp_path / "s.duckdb").exists()
