@@ -337,10 +337,15 @@ def check_store_path(path: Path | str) -> None:
         raise StoreError(f"{p}: not a gpuscope store (the file is not a DuckDB database)")
 
 
-def _clear_empty(path: Path) -> None:
-    # DuckDB refuses to open an existing empty file; it holds nothing, so the store replaces it.
-    if path.exists() and not store_exists(path):
-        path.unlink()
+def _make_room(path: Path) -> None:
+    """Make the folder of a store about to be created, and remove an empty file in its place
+    (DuckDB refuses to open one; it holds nothing). Failures are a :class:`StoreError`."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        if path.exists() and not store_exists(path):
+            path.unlink()
+    except OSError as exc:
+        raise StoreError(f"{path}: cannot create the store: {exc.strerror or exc}") from None
 
 
 def open_attached(con: duckdb.DuckDBPyConnection, path: Path | str, alias: str = "store", retry_s: float = 2.0) -> None:
@@ -349,11 +354,7 @@ def open_attached(con: duckdb.DuckDBPyConnection, path: Path | str, alias: str =
     from ._db import duckdb
 
     check_store_path(path)
-    try:
-        Path(path).parent.mkdir(parents=True, exist_ok=True)
-        _clear_empty(Path(path))
-    except OSError as exc:
-        raise StoreError(f"{path}: cannot create the store: {exc.strerror or exc}") from None
+    _make_room(Path(path))
     try:
         retry_while_locked(path, retry_s, lambda: con.execute(attach_sql(path, alias)))
     except duckdb.Error as exc:
@@ -363,7 +364,7 @@ def open_attached(con: duckdb.DuckDBPyConnection, path: Path | str, alias: str =
 def _create(path: Path) -> None:
     from ._db import duckdb
 
-    path.parent.mkdir(parents=True, exist_ok=True)
+    _make_room(path)
     con = duckdb.connect(":memory:")
     try:
         con.execute(attach_sql(path))
@@ -371,6 +372,8 @@ def _create(path: Path) -> None:
         migrate(con)
         con.execute("USE memory")
         con.execute("DETACH store")
+    except duckdb.Error as exc:
+        raise StoreError(f"{path}: cannot create the store: {str(exc).splitlines()[0]}") from None
     finally:
         con.close()
 
@@ -412,15 +415,7 @@ def connect(path: Path | str, read_only: bool = False, retry_s: float = 2.0) -> 
     if read_only and not store_exists(path):
         raise StoreError(f"{path}: no store here yet (run `gpuscope ingest` or `gpuscope run` first)")
     if not read_only and not store_exists(path):
-        try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            _clear_empty(path)
-        except OSError as exc:
-            raise StoreError(f"{path}: cannot create the store: {exc.strerror or exc}") from None
-        try:
-            _create(path)
-        except duckdb.Error as exc:
-            raise StoreError(f"{path}: cannot create the store: {str(exc).splitlines()[0]}") from None
+        _create(path)
     try:
         con = retry_while_locked(path, retry_s, lambda: duckdb.connect(str(path), read_only=read_only))
     except duckdb.Error as exc:
