@@ -105,25 +105,25 @@ def _code(exc: BaseException) -> int | None:
     return v if isinstance(v, int) else None
 
 
+#: User-facing reasons for the NVML error codes a user meets.
+_REASONS = {
+    _LIBRARY_NOT_FOUND: "NVML library (libnvidia-ml.so.1) not found: no NVIDIA driver installed",
+    _DRIVER_NOT_LOADED: "NVML: NVIDIA driver not loaded",
+    _NO_PERMISSION: "no permission (NVML: Insufficient Permissions)",
+    _LIB_RM_VERSION_MISMATCH:
+        "NVML/driver version mismatch: the driver was upgraded without reloading the kernel module (reboot)",
+    _NOT_SUPPORTED: "not supported by this GPU",
+    _FUNCTION_NOT_FOUND: "not in this driver's NVML (function not found; nvidia-ml-py newer than the driver)",
+    _GPU_IS_LOST: "GPU is lost (fell off the bus)",
+    2: "not available on this device (invalid argument, e.g. in MIG mode)",
+}
+
+
 def nvml_error_reason(exc: BaseException) -> str:
     """A user-facing reason for an NVML error (init or a read)."""
     code = _code(exc)
-    if code == _LIBRARY_NOT_FOUND:
-        return "NVML library (libnvidia-ml.so.1) not found: no NVIDIA driver installed"
-    if code == _DRIVER_NOT_LOADED:
-        return "NVML: NVIDIA driver not loaded"
-    if code == _NO_PERMISSION:
-        return "no permission (NVML: Insufficient Permissions)"
-    if code == _LIB_RM_VERSION_MISMATCH:
-        return "NVML/driver version mismatch: the driver was upgraded without reloading the kernel module (reboot)"
-    if code == _NOT_SUPPORTED:
-        return "not supported by this GPU"
-    if code == _FUNCTION_NOT_FOUND:
-        return "not in this driver's NVML (function not found; nvidia-ml-py newer than the driver)"
-    if code == _GPU_IS_LOST:
-        return "GPU is lost (fell off the bus)"
-    if code == 2:
-        return "not available on this device (invalid argument, e.g. in MIG mode)"
+    if code in _REASONS:
+        return _REASONS[code]
     if type(exc).__name__ == "NVMLLibraryMismatchError":
         return "nvidia-ml-py newer than the driver's NVML (library mismatch)"
     name = type(exc).__name__
