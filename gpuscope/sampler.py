@@ -94,6 +94,8 @@ class SamplerStats:
     missed_ticks: int = 0
     rows: int = 0
     devices: int = 0
+    #: means and maxima are over the whole session; p50/p99 over its newest
+    #: :data:`PERCENTILE_WINDOW` ticks (an hour at 10 Hz), so a long run holds bounded memory
     tick_cpu_ns_mean: float | None = None
     tick_cpu_ns_p99: float | None = None
     tick_cpu_ns_max: float | None = None
@@ -131,6 +133,28 @@ class Sink:
 
     def close(self, stats: SamplerStats) -> None:
         """Called once after the last batch."""
+
+
+#: Ticks whose cost and lateness are kept for the percentiles of :class:`SamplerStats`.
+PERCENTILE_WINDOW = 36_000
+
+
+class _Series:
+    """Count, sum and maximum of every value added; the newest :data:`PERCENTILE_WINDOW`
+    values for percentiles. Constant memory however long the session runs."""
+
+    def __init__(self) -> None:
+        self.n = 0
+        self.total = 0
+        self.max = 0
+        self.recent: deque[int] = deque(maxlen=PERCENTILE_WINDOW)
+
+    def add(self, value: int) -> None:
+        self.n += 1
+        self.total += value
+        if self.n == 1 or value > self.max:
+            self.max = value
+        self.recent.append(value)
 
 
 def _percentile(values: Sequence[float], q: float) -> float | None:
@@ -175,9 +199,9 @@ class Sampler:
         self._queue: queue.Queue[SampleBatch | None] = queue.Queue()
         self._thread: threading.Thread | None = None
         self._dispatcher: threading.Thread | None = None
-        self._tick_cpu: list[int] = []
-        self._tick_wall: list[int] = []
-        self._lateness: list[int] = []
+        self._tick_cpu = _Series()
+        self._tick_wall = _Series()
+        self._lateness = _Series()
         self._sinks_started: list[Sink] = []
         self._started = False
         self._stopped = False
@@ -305,11 +329,11 @@ class Sampler:
                 if delay > 0 and self._stop.wait(delay):
                     break
                 start = time.monotonic()
-                self._lateness.append(int((start - deadline) * 1e9))
+                self._lateness.add(int((start - deadline) * 1e9))
                 c0, w0 = time.thread_time_ns(), time.perf_counter_ns()
                 rows, degr = self._tick()
-                self._tick_cpu.append(time.thread_time_ns() - c0)
-                self._tick_wall.append(time.perf_counter_ns() - w0)
+                self._tick_cpu.add(time.thread_time_ns() - c0)
+                self._tick_wall.add(time.perf_counter_ns() - w0)
                 pending.append((k, rows))
                 pending_deg.extend(degr)
                 self.stats.ticks += 1
@@ -332,7 +356,7 @@ class Sampler:
         finally:
             if pending or pending_deg:
                 self._queue.put(SampleBatch(pending, pending_deg))
-            self.stats.drift_ns = self._lateness[-1] if self._lateness else 0
+            self.stats.drift_ns = self._lateness.recent[-1] if self._lateness.n else 0
             self._done.set()
 
     def _exhausted(self) -> bool:
@@ -393,18 +417,18 @@ class Sampler:
         st = self.stats
         st.ended_ns = time.time_ns()
         cpu, wall, late = self._tick_cpu, self._tick_wall, self._lateness
-        if cpu:
-            st.tick_cpu_ns_mean = sum(cpu) / len(cpu)
-            st.tick_cpu_ns_p99 = _percentile(cpu, 0.99)
-            st.tick_cpu_ns_max = float(max(cpu))
-            st.tick_wall_ns_mean = sum(wall) / len(wall)
-            st.tick_wall_ns_p99 = _percentile(wall, 0.99)
-            st.tick_wall_ns_max = float(max(wall))
+        if cpu.n:
+            st.tick_cpu_ns_mean = cpu.total / cpu.n
+            st.tick_cpu_ns_p99 = _percentile(cpu.recent, 0.99)
+            st.tick_cpu_ns_max = float(cpu.max)
+            st.tick_wall_ns_mean = wall.total / wall.n
+            st.tick_wall_ns_p99 = _percentile(wall.recent, 0.99)
+            st.tick_wall_ns_max = float(wall.max)
             st.cpu_ns_per_tick_per_device = st.tick_cpu_ns_mean / max(1, st.devices)
-        if late:
-            st.lateness_ns_p50 = _percentile(late, 0.5)
-            st.lateness_ns_p99 = _percentile(late, 0.99)
-            st.lateness_ns_max = float(max(late))
+        if late.n:
+            st.lateness_ns_p50 = _percentile(late.recent, 0.5)
+            st.lateness_ns_p99 = _percentile(late.recent, 0.99)
+            st.lateness_ns_max = float(late.max)
 
 
 # ---------------------------------------------------------------------- sinks

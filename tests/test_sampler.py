@@ -84,6 +84,21 @@ def test_cadence_does_not_drift() -> None:
     assert mem.ticks == sorted(mem.ticks) and len(set(mem.ticks)) == len(mem.ticks)
 
 
+def test_tick_statistics_hold_bounded_memory(monkeypatch) -> None:
+    # A day at 10 Hz is 864,000 ticks: the sampler keeps exact means and maxima but only the
+    # newest PERCENTILE_WINDOW values for its percentiles.
+    from gpuscope import sampler as sampler_mod
+
+    monkeypatch.setattr(sampler_mod, "PERCENTILE_WINDOW", 5)
+    s = Sampler([Clocked()], [MemorySink()], interval_s=0.01, max_ticks=12)
+    st = s.run(5)
+    assert st.ticks == 12
+    for series in (s._tick_cpu, s._tick_wall, s._lateness):
+        assert series.n == 12 and len(series.recent) == 5
+    assert st.tick_cpu_ns_mean == s._tick_cpu.total / 12 and st.tick_cpu_ns_max >= max(s._tick_cpu.recent)
+    assert st.lateness_ns_p99 == float(max(s._lateness.recent)) and st.drift_ns == s._lateness.recent[-1]
+
+
 def test_slow_ticks_are_skipped_not_bunched() -> None:
     mem = MemorySink()
     st = Sampler([Clocked(work_s=0.05)], [mem], interval_s=0.02).run(0.8)
