@@ -25,7 +25,12 @@ EXIT_USAGE = 2
 
 
 class _Parser(argparse.ArgumentParser):
-    """argparse with gpuscope's one-line, exit-2 usage errors."""
+    """argparse with gpuscope's one-line, exit-2 usage errors, and no abbreviated options
+    (``--model`` must not silently mean ``--model-bytes``)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("allow_abbrev", False)
+        super().__init__(*args, **kwargs)
 
     def error(self, message: str) -> None:  # type: ignore[override]
         self.exit(EXIT_USAGE, f"{self.prog}: {message} (see {self.prog} --help)\n")

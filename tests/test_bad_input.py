@@ -141,6 +141,15 @@ def test_usage_errors_exit_2(db) -> None:
         assert r.code == 2 and "Traceback" not in r.err
 
 
+def test_abbreviated_options_are_not_guessed(db) -> None:
+    # argparse would take --model as --model-bytes and complain about a byte count.
+    r = run_cli("ceiling", "--gpu", "h100-sxm", "--model", "llama")
+    assert r.code == 2 and "unrecognized arguments: --model llama" in r.err
+    assert "--model-bytes" not in r.err and len(r.err.strip().splitlines()) == 1
+    r = run_cli("analyze", "--to", "3")
+    assert r.code == 2 and "unrecognized arguments: --to " in r.err  # not --top
+
+
 def test_real_process_shows_no_traceback(tmp_path, db) -> None:
     bad = tmp_path / "trunc.json.gz"
     bad.write_bytes(gzip.compress(b'{"traceEvents": [' + b'{"ph":"X"},' * 5000)[:200])
