@@ -177,7 +177,8 @@ def execute(opts: RunOptions, progress: Any = None) -> RunOutcome:
         say(f"telemetry: {len(names)} metric(s) not available: {shown} (see `gpuscope devices`)")
     summary: dict[str, Any] = {"run_id": run_id, "exit_code": code, "run_dir": str(run_dir),
                                "sampler": stats.to_dict()}
-    traces = sorted(p for p in (run_dir / "traces").rglob("*") if p.is_file() and ".json" in p.name)
+    # Only finished traces: a window's export in progress (`.tmp`, `.part`) is left out.
+    traces = sorted(p for p in (run_dir / "traces").rglob("*") if p.is_file() and p.name.endswith((".json", ".json.gz")))
     ingest_error = None
     if traces:
         from . import trace

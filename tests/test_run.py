@@ -279,3 +279,48 @@ def test_status_line_shows_elapsed_samples_util_and_power() -> None:
     line = _status(_Sampler(), _Live(), time.time_ns() - 3_000_000_000)
     assert line.startswith("gpuscope:") and "42 samples" in line and "gpu0  87%  512 W" in line
     assert "host" not in line  # only devices with GPU utilisation or power
+
+
+def test_window_export_is_gzipped_whole_or_not_at_all(tmp_path: Path) -> None:
+    import gzip
+
+    torch = pytest.importorskip("torch")
+    from torch.profiler import ProfilerActivity, profile
+
+    from gpuscope._bootstrap._gpuscope_boot import export_gzipped
+
+    prof = profile(activities=[ProfilerActivity.CPU], record_shapes=True)
+    prof.start()
+    torch.ones(32, 32) @ torch.ones(32, 32)
+    prof.stop()
+    path = tmp_path / "w.pt.trace.json.gz"
+    export_gzipped(prof, path)
+    doc = json.loads(gzip.decompress(path.read_bytes()))
+    assert any(e.get("name") == "aten::mm" for e in doc["traceEvents"])
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["w.pt.trace.json.gz"]  # no temporary files left
+
+    class FailingExport:  # a profiler whose export dies half-way (disk full, killed thread...)
+        def export_chrome_trace(self, p: str) -> None:
+            Path(p).write_text('{"traceEvents": [')
+            raise OSError("No space left on device")
+
+    with pytest.raises(OSError):
+        export_gzipped(FailingExport(), tmp_path / "x.pt.trace.json.gz")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["w.pt.trace.json.gz"]
+
+
+def test_unfinished_window_exports_are_not_ingested(tmp_path: Path) -> None:
+    # A child killed while exporting leaves a `.tmp` (plain JSON) or `.part` (gzip) file in the
+    # run's traces folder: the run still completes with the traces that were finished.
+    db = tmp_path / "s.duckdb"
+    script = tmp_path / "leftovers.py"
+    script.write_text(
+        "import os, pathlib\n"
+        "t = pathlib.Path(os.environ['GPUSCOPE_RUN_DIR']) / 'traces'\n"
+        "(t / 'h_1_window1.pt.trace.json.tmp').write_text('{\"traceEvents\": [')\n"
+        "(t / 'h_1_window1.pt.trace.json.gz.part').write_bytes(b'\\x1f\\x8b')\n"
+    )
+    p = gpuscope(db, "run", "--json", "--no-profile", "--", PY, str(script))
+    assert p.returncode == 0, p.stderr
+    doc = json.loads(p.stdout[p.stdout.index("{"):])
+    assert doc["traces"] == [] and doc["ingest_error"] is None

@@ -50,6 +50,33 @@ def report(message: str) -> None:
         pass
 
 
+#: gzip level of the traces windows write. torch's own ``.gz`` export uses level 9 and copies
+#: line by line: 115 MiB of JSON (1 s of CPU decode) took 3.8 s at level 9 against 0.4 s at
+#: level 1 (11 MiB instead of 6.6 MiB), time during which the profiled program is stopped.
+TRACE_GZIP_LEVEL = 1
+
+
+def export_gzipped(prof: Any, path: Path) -> None:
+    """Write ``prof``'s Chrome trace to ``path`` (``.json.gz``) through a plain JSON file next
+    to it, compressed quickly in large blocks."""
+    import gzip
+    import shutil
+
+    plain = path.with_name(path.name[: -len(".gz")] + ".tmp" if path.name.endswith(".gz") else path.name + ".tmp")
+    try:
+        prof.export_chrome_trace(str(plain))
+        part = path.with_name(path.name + ".part")
+        with open(plain, "rb") as src, gzip.GzipFile(part, "wb", compresslevel=TRACE_GZIP_LEVEL) as dst:
+            shutil.copyfileobj(src, dst, 1 << 20)
+        os.replace(part, path)  # never a half-written trace under the final name
+    finally:
+        for leftover in (plain, path.with_name(path.name + ".part")):
+            try:
+                os.unlink(leftover)
+            except FileNotFoundError:
+                pass
+
+
 class Window:
     """One bounded PyTorch profiler window: CPU ops with shapes, and GPU activity when a GPU
     is present. ``start()`` and ``stop()`` must run on the thread whose ops are recorded."""
@@ -82,11 +109,13 @@ class Window:
         if self.prof is None:
             return None
         prof, self.prof = self.prof, None
-        prof.stop()
+        # Recording ends as stop() begins; stop() then processes what was recorded, which takes
+        # seconds on a busy window (2.7 s for 1 s of CPU decode, ~180k ops, on a 2-core VM).
         end_ns = time.time_ns()
+        prof.stop()
         self.out_dir.mkdir(parents=True, exist_ok=True)
         assert self.path is not None
-        prof.export_chrome_trace(str(self.path))
+        export_gzipped(prof, self.path)
         append_jsonl("windows.jsonl", {"pid": os.getpid(), "start_ns": self.start_ns, "end_ns": end_ns,
                                        "path": str(self.path), "label": self.label})
         return self.path
