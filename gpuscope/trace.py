@@ -7,8 +7,8 @@ events never become Python objects:
 1. :func:`spool_events` streams the (optionally gzipped) file once, parses the small top-level
    keys around ``traceEvents`` in Python, and copies the bytes of the ``traceEvents`` array into
    a spool file, holding at most a few MiB in memory at any time.
-2. :func:`load_trace` lets DuckDB's JSON reader parse that array (in C++, in bounded batches)
-   into a staging table, one row per event, with the fields gpuscope uses pulled out of
+2. :func:`load_trace` lets DuckDB's JSON reader parse that array (in C++, in parts of a few
+   MiB cut between events by :func:`split_spool`) into a staging table, one row per event, with the fields gpuscope uses pulled out of
    ``args``. Malformed events (not an object, no numeric ``ts``/``dur``, negative ``dur``) are
    counted and skipped.
 3. :func:`build_run_tables` links kernels to their launch (``correlation``) and their CPU op
@@ -396,7 +396,11 @@ def _sql_ident(s: str) -> str:
     return '"' + s.replace('"', '""') + '"'
 
 
-def _typed_source(spool: Path) -> str:
+def _file_list(files: Sequence[Path]) -> str:
+    return "[" + ", ".join(_sql_str(str(f)) for f in files) + "]"
+
+
+def _typed_source(files: Sequence[Path]) -> str:
     """Events read by DuckDB into typed columns: the fast path. It fails on events that do not
     fit the types (a non-object element, a string ``ts``, duplicate keys in ``args``, ...)."""
     top = [k for _, k, _ in _FIELDS if not k.startswith("args.")]
@@ -419,12 +423,12 @@ def _typed_source(spool: Path) -> str:
         else:
             sel.append(f"NULL AS {name}")
     return (
-        f"SELECT 'OBJECT' AS jtype, {', '.join(sel)} FROM read_json({_sql_str(str(spool))}, format='array', "
+        f"SELECT 'OBJECT' AS jtype, {', '.join(sel)} FROM read_json({_file_list(files)}, format='array', "
         f"columns={{{', '.join(cols)}}}, maximum_object_size=16777216)"
     )
 
 
-def _lenient_source(spool: Path) -> str:
+def _lenient_source(files: Sequence[Path]) -> str:
     """Events read as JSON text with every field pulled out by path: never fails on an event
     that is valid JSON, whatever its shape."""
     paths, sel = [], []
@@ -437,7 +441,7 @@ def _lenient_source(spool: Path) -> str:
     plist = "[" + ", ".join(_sql_str(p) for p in paths) + "]"
     return (
         f"SELECT json_type(json) AS jtype, {', '.join(sel)} FROM (SELECT json, json_extract_string(json, {plist}) AS v "
-        f"FROM read_json_objects({_sql_str(str(spool))}, format='array', maximum_object_size=16777216))"
+        f"FROM read_json_objects({_file_list(files)}, format='array', maximum_object_size=16777216))"
     )
 
 
@@ -507,17 +511,112 @@ def _time_base(header: dict[str, Any]) -> int:
     return 0
 
 
+#: The events are handed to DuckDB's JSON reader as JSON arrays of about this size, cut from
+#: the spool. The reader holds a whole input file in its buffer (on the A100 trace, 24 MiB of
+#: events raised the peak by 33 MiB); parts bound that to a few MiB whatever the trace size.
+SPOOL_PART_BYTES = 4 << 20
+#: A separator between two objects that holds a newline. JSON strings cannot hold a raw
+#: newline, so every match is structural; it separates two events when the objects are at the
+#: array's top level, which a cut checks by parsing (a wrong cut fails and the whole spool is
+#: read instead). Compact one-line JSON has none and is read whole.
+_PART_CUT_RE = re.compile(rb"\}[ \t\r]*,[ \t\r]*\n[ \t\r\n]*\{")
+_CUT_WINDOW = 1 << 16
+
+
+def _copy_range(src_fd: int, dst_fd: int, offset: int, count: int) -> None:
+    """Copy ``count`` bytes at ``offset`` of ``src_fd`` to the end of ``dst_fd``, in the kernel
+    where it can."""
+    while count > 0:
+        try:
+            n = os.copy_file_range(src_fd, dst_fd, min(count, 1 << 30), offset)
+        except (AttributeError, OSError):
+            n = 0
+        if n <= 0:  # not supported here (or by this file system): copy through memory
+            data = os.pread(src_fd, min(count, CHUNK_BYTES), offset)
+            if not data:
+                raise OSError(f"unexpected end of spool at byte {offset}")
+            n = os.write(dst_fd, data)
+        offset += n
+        count -= n
+
+
+def split_spool(spool: Path, part_bytes: int | None = None) -> list[Path]:
+    """The events array in ``spool`` as several JSON arrays of about ``part_bytes`` (default
+    :data:`SPOOL_PART_BYTES`) each, cut between two events (files next to ``spool``, which is
+    left as it is). Returns ``[spool]`` when it is small or has no place to cut."""
+    part_bytes = part_bytes or SPOOL_PART_BYTES
+    size = spool.stat().st_size
+    if size < 2 * part_bytes:
+        return [spool]
+    cuts: list[tuple[int, int]] = []  # (end of a part: after its '}', start of the next: its '{')
+    fd = os.open(spool, os.O_RDONLY)
+    try:
+        pos = part_bytes
+        while pos < size - part_bytes // 2:
+            window = os.pread(fd, _CUT_WINDOW, pos)
+            m = _PART_CUT_RE.search(window)
+            if m is None:
+                if len(window) < _CUT_WINDOW:
+                    break
+                pos += _CUT_WINDOW - 256  # overlap, so a separator across the edge is found
+                continue
+            cuts.append((pos + m.start() + 1, pos + m.end() - 1))
+            pos = pos + m.end() - 1 + part_bytes
+        if not cuts:
+            return [spool]
+        parts: list[Path] = []
+        starts = [0] + [b for _, b in cuts]
+        ends = [a for a, _ in cuts] + [size]
+        try:
+            for i, (start, end) in enumerate(zip(starts, ends)):
+                path = spool.with_name(f"{spool.stem}.part{i}.json")
+                parts.append(path)
+                out = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+                try:
+                    if i:
+                        os.write(out, b"[")
+                    _copy_range(fd, out, start, end - start)
+                    if i < len(cuts):
+                        os.write(out, b"]")
+                finally:
+                    os.close(out)
+        except BaseException:
+            for path in parts:
+                path.unlink(missing_ok=True)
+            raise
+        return parts
+    finally:
+        os.close(fd)
+
+
 def load_trace(con: duckdb.DuckDBPyConnection, trace_id: int, spooled: SpooledTrace, base_ns: int) -> int:
     """Parse the spooled events of one trace into the temp table ``ev`` (one row per event,
     classified); returns the number of events. Tries DuckDB's typed reader first and falls back
-    to the lenient one for traces whose events do not fit its types."""
+    to the lenient one for traces whose events do not fit its types. The spool is read in parts
+    (:func:`split_spool`) when it can be cut; if the parts do not parse, it is read whole."""
+    parts = split_spool(spooled.spool)
+    try:
+        if len(parts) > 1:
+            try:
+                return _insert_events(con, trace_id, base_ns, spooled, parts)
+            except InputError:  # a cut that was not between two events, or malformed JSON
+                pass  # (a failed INSERT leaves nothing behind)
+        return _insert_events(con, trace_id, base_ns, spooled, [spooled.spool])
+    finally:
+        for part in parts:
+            if part != spooled.spool:
+                part.unlink(missing_ok=True)
+
+
+def _insert_events(
+    con: duckdb.DuckDBPyConnection, trace_id: int, base_ns: int, spooled: SpooledTrace, files: Sequence[Path]
+) -> int:
+    """Read the events in ``files`` (one JSON array each) into ``ev``; returns how many went in."""
     from ._db import duckdb
 
-    before = con.execute("SELECT count(*) FROM ev").fetchone()[0]
     for source in (_typed_source, _lenient_source):
         try:
-            con.execute(_insert_sql(trace_id, base_ns, source(spooled.spool)))
-            break
+            return int(con.execute(_insert_sql(trace_id, base_ns, source(files))).fetchone()[0])
         except duckdb.OutOfMemoryException:
             raise  # left to stage_traces, which retries without its memory limit
         except (duckdb.IOException, duckdb.InterruptException) as exc:
@@ -526,9 +625,9 @@ def load_trace(con: duckdb.DuckDBPyConnection, trace_id: int, spooled: SpooledTr
             if source is _typed_source:
                 continue  # events that do not fit the typed reader: read them leniently
             msg = re.sub(r"^[A-Za-z ]*Error: ", "", str(exc).splitlines()[0])
-            msg = msg.replace(str(spooled.spool), "traceEvents")
+            for f in files:
+                msg = msg.replace(str(f), "traceEvents")
             raise InputError(str(spooled.source), f"malformed JSON in the events ({msg})") from None
-    return con.execute("SELECT count(*) FROM ev").fetchone()[0] - before
 
 
 # --------------------------------------------------------------------------------------------

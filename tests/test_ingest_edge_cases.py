@@ -326,3 +326,114 @@ def test_large_inputs_are_staged_with_several_threads(tmp_path, db, monkeypatch)
     assert doc["counts"]["gpu_activities"] == 500
     assert doc["time_us"]["compute"] == pytest.approx(2000.0)
     assert doc["time_us"]["idle"] == pytest.approx(6.0 * 499)
+
+
+def _spy_reads(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """Record how many files (the whole spool, or its parts) each read of events was given, and
+    still read them."""
+    import gpuscope.trace as trace
+
+    seen: list[int] = []
+    real = trace._insert_events
+
+    def spy(con, trace_id, base_ns, spooled, files):
+        seen.append(len(files))
+        return real(con, trace_id, base_ns, spooled, files)
+
+    monkeypatch.setattr(trace, "_insert_events", spy)
+    return seen
+
+
+def _mixed_events(n: int) -> list:
+    events: list = []
+    for i in range(n):
+        t = i * 100.0
+        events += [
+            cpu_op("aten::mm", t, 50.0, ext=i, dims=[[4, 8], [8, 16]], types=["float", "float"]),
+            runtime("cudaLaunchKernel", t + 5, 5.0, corr=i, ext=i),
+            kernel("ampere_sgemm" if i % 3 else "ncclDevKernel_AllReduce", t + 60, 20.0, corr=i),
+            {"ph": "X", "cat": "gpu_memcpy", "name": "Memcpy HtoD", "pid": 0, "tid": 7, "ts": t + 85,
+             "dur": 3, "args": {"device": 0}},
+            {"ph": "f", "id": i, "cat": "ac2g", "name": "ac2g", "pid": 0, "tid": 7, "ts": t + 60, "bp": "e"},
+        ]
+        if i % 50 == 7:
+            events.append({"ph": "X", "cat": "kernel", "name": "bad", "pid": 0, "ts": "x", "dur": 1})
+    return events
+
+
+def _comparable(doc: dict) -> dict:
+    return {k: doc[k] for k in ("time_us", "counts", "skipped", "ops", "kernels")}
+
+
+@pytest.mark.parametrize("odd_element", [False, True], ids=["typed", "lenient"])
+def test_events_read_in_parts_give_the_same_run(tmp_path, db, monkeypatch, odd_element) -> None:
+    import gpuscope.trace as trace
+
+    events = _mixed_events(300)
+    if odd_element:  # a non-object element sends every part down the lenient reader
+        events.insert(700, 42)
+    path = write_trace(tmp_path / "t.json", events)
+    seen = _spy_reads(monkeypatch)
+
+    def ingest_and_analyze() -> tuple[dict, dict]:
+        r = run_cli("ingest", path, "--json", "-q")
+        assert r.code == 0, r.err
+        doc = {k: r.json()[k] for k in ("events", "loaded", "skipped", "ignored", "linked")}
+        return doc, _comparable(run_cli("analyze", "--json").json())
+
+    whole = ingest_and_analyze()
+    assert seen == [1]  # small: read whole
+    monkeypatch.setattr(trace, "SPOOL_PART_BYTES", 4096)
+    in_parts = ingest_and_analyze()
+    assert len(seen) == 2 and seen[1] > 10  # read once, in parts
+    assert in_parts == whole
+    assert whole[0]["ignored"] == {"ac2g": 300} and whole[0]["events"] == len(events)
+    parts = whole[1]
+    assert parts["counts"]["gpu_activities"] == 2 * 300 and parts["skipped"] == {"no numeric ts": 6, **({"not an object": 1} if odd_element else {})}
+
+
+def test_a_cut_that_is_not_between_events_falls_back_to_the_whole_spool(tmp_path, db, monkeypatch) -> None:
+    import gpuscope.trace as trace
+
+    # Objects inside a list inside args, written one per line: their separators look like the
+    # separators between events, so some cuts land inside an event and the parts do not parse.
+    events = []
+    for i in range(200):
+        k = kernel("k", i * 10.0, 5.0, corr=i)
+        k["args"]["launches"] = [{"a": 1}, {"b": 2}, {"c": 3}]
+        events.append(k)
+    path = write_trace(tmp_path / "t.json", events)
+    monkeypatch.setattr(trace, "SPOOL_PART_BYTES", 2048)
+    seen = _spy_reads(monkeypatch)
+    doc = _analyze(path)
+    assert seen[0] > 1 and seen[1:] == [1]  # the parts did not parse: the whole spool was read
+    assert doc["counts"]["gpu_activities"] == 200 and doc["time_us"]["compute"] == 1000.0
+
+
+def test_malformed_json_late_in_a_trace_read_in_parts(tmp_path, db, monkeypatch) -> None:
+    import gpuscope.trace as trace
+
+    path = write_trace(tmp_path / "t.json", _mixed_events(200))
+    text = path.read_text()
+    cut = text.rindex('"ampere_sgemm"')
+    path.write_text(text[:cut] + '"ampere_sgemm" oops' + text[cut + len('"ampere_sgemm"'):])
+    monkeypatch.setattr(trace, "SPOOL_PART_BYTES", 4096)
+    r = run_cli("ingest", path, "-q")
+    assert r.code == 2 and r.err.startswith(f"gpuscope ingest: {path}: malformed JSON in the events")
+    assert len(r.err.strip().splitlines()) == 1 and "part" not in r.err and not db.exists()
+
+
+def test_split_spool_cuts_only_between_objects(tmp_path) -> None:
+    import json
+
+    from gpuscope.trace import split_spool
+
+    events = [{"i": i, "s": "},\n{" if i % 2 else "x", "args": {"v": [1, 2]}} for i in range(500)]
+    spool = tmp_path / "events.json"
+    spool.write_text(json.dumps(events, indent=1))
+    parts = split_spool(spool, 1024)
+    assert len(parts) > 5 and spool.exists()
+    assert [e for p in parts for e in json.loads(p.read_text())] == events
+    compact = tmp_path / "compact.json"
+    compact.write_text(json.dumps(events))  # one line: nowhere to cut
+    assert split_spool(compact, 1024) == [compact]
