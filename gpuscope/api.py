@@ -17,7 +17,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from ._bootstrap._gpuscope_boot import Window, append_jsonl, report, run_dir
+from ._bootstrap._gpuscope_boot import ENV_RUN_DIR, Window, append_jsonl, report, run_dir
 
 __all__ = ["profile", "mark"]
 
@@ -50,8 +50,9 @@ def profile(name: str = "profile", out_dir: str | Path | None = None) -> Iterato
 def mark(name: str = "step", *, tokens: int | None = None, step: int | None = None, **fields: Any) -> None:
     """Record a mark (a step boundary) at this moment: ``tokens`` is the number of tokens the
     step produced (for tokens/s and energy per token), ``step`` an optional step number; other
-    keyword fields are kept as given. Does nothing outside ``gpuscope run``."""
-    if run_dir() is None:
+    keyword fields are kept as given. Does nothing outside ``gpuscope run``. Costs a few µs
+    (one JSON line written to an open file)."""
+    if not os.environ.get(ENV_RUN_DIR):
         return
     try:
         record: dict[str, Any] = {"ts_ns": time.time_ns(), "pid": os.getpid(), "name": str(name)}

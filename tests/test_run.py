@@ -324,3 +324,36 @@ def test_unfinished_window_exports_are_not_ingested(tmp_path: Path) -> None:
     assert p.returncode == 0, p.stderr
     doc = json.loads(p.stdout[p.stdout.index("{"):])
     assert doc["traces"] == [] and doc["ingest_error"] is None
+
+
+def test_marks_keep_their_file_open_and_survive_fork_and_a_closed_descriptor(tmp_path: Path, monkeypatch) -> None:
+    import gpuscope
+    from gpuscope._bootstrap import _gpuscope_boot as boot
+
+    monkeypatch.setenv("GPUSCOPE_RUN_DIR", str(tmp_path))
+    monkeypatch.setattr(boot, "_append_fds", {})
+    for i in range(3):
+        gpuscope.mark("step", tokens=4, step=i)
+    assert len(boot._append_fds) == 1  # one descriptor, opened once
+    pid = os.fork()
+    if pid == 0:  # the child writes through a descriptor of its own
+        try:
+            gpuscope.mark("child", tokens=1)
+            gpuscope.mark("child", tokens=1)
+        finally:
+            os._exit(0)
+    os.waitpid(pid, 0)
+    ((fd, _, _),) = boot._append_fds.values()
+    # A program that closes descriptors it did not open, and gets the same number back for a
+    # file of its own:
+    other = tmp_path / "programs_own_file.txt"
+    other_fd = os.open(other, os.O_WRONLY | os.O_CREAT)
+    os.dup2(other_fd, fd)  # the number now refers to the program's file
+    gpuscope.mark("after-close", tokens=2)
+    os.close(fd)
+    os.close(other_fd)
+    assert other.read_text() == ""  # the program's file is untouched
+    lines = [json.loads(line) for line in (tmp_path / "marks.jsonl").read_text().splitlines()]
+    assert [m["name"] for m in lines] == ["step"] * 3 + ["child"] * 2 + ["after-close"]
+    assert {m["pid"] for m in lines[3:5]} == {pid} and lines[0]["pid"] == lines[-1]["pid"] == os.getpid()
+    assert sum(m["tokens"] for m in lines) == 3 * 4 + 2 + 2
