@@ -19,6 +19,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -197,21 +198,33 @@ def execute(opts: RunOptions, progress: Any = None) -> RunOutcome:
     return RunOutcome(run_id, code, run_dir, summary)
 
 
+#: Seconds between two updates of the status line.
+STATUS_INTERVAL_S = 0.5
+
+
 def _wait(child: subprocess.Popen[Any], sampler: Any, live: Any, started_ns: int, status_line: bool) -> int:
-    last = 0.0
-    while True:
-        try:
-            code = child.wait(timeout=0.25)
-            break
-        except subprocess.TimeoutExpired:
-            pass
-        if status_line and time.monotonic() - last >= 0.5:
-            last = time.monotonic()
+    """Wait for the child without waking up more than the status line needs: ``Popen.wait``
+    with a timeout polls every 50 ms (about 50 wake-ups a second, in a loop of 0.25 s
+    timeouts), and on a machine whose cores the program keeps busy each wake-up preempts one
+    of its threads. Signals still reach the forwarding handlers: both waits are interruptible."""
+    if not status_line:
+        code = child.wait()  # blocked in waitpid
+    else:
+        done = threading.Event()
+
+        def reap() -> None:
+            try:
+                child.wait()
+            finally:
+                done.set()
+
+        threading.Thread(target=reap, name="gpuscope-wait", daemon=True).start()
+        while not done.wait(STATUS_INTERVAL_S):
             sys.stderr.write("\r" + _status(sampler, live, started_ns) + "\x1b[K")
             sys.stderr.flush()
-    if status_line:
         sys.stderr.write("\r\x1b[K")
         sys.stderr.flush()
+        code = child.wait()  # already reaped: returns its exit status
     # A child killed by a signal: the shell convention 128 + signal number.
     return code if code >= 0 else 128 - code
 

@@ -281,6 +281,40 @@ def test_status_line_shows_elapsed_samples_util_and_power() -> None:
     assert "host" not in line  # only devices with GPU utilisation or power
 
 
+@pytest.mark.parametrize("status_line", [False, True])
+def test_waiting_for_the_child_redraws_the_status_line_and_lets_signals_through(capsys, status_line) -> None:
+    import threading
+
+    from gpuscope.runner import _wait
+
+    class _Stats:
+        ticks = 7
+
+    class _Sampler:
+        stats = _Stats()
+
+    class _Live:
+        def latest(self) -> dict:
+            return {}
+
+    seen: list[int] = []
+    previous = signal.signal(signal.SIGUSR1, lambda signum, frame: seen.append(signum))
+    try:
+        child = subprocess.Popen([PY, "-c", "import sys, time; time.sleep(1.3); sys.exit(3)"])
+        threading.Timer(0.3, os.kill, (os.getpid(), signal.SIGUSR1)).start()
+        t0 = time.monotonic()
+        code = _wait(child, _Sampler(), _Live(), time.time_ns(), status_line)
+        waited = time.monotonic() - t0
+    finally:
+        signal.signal(signal.SIGUSR1, previous)
+    assert code == 3 and seen == [signal.SIGUSR1] and waited < 5
+    err = capsys.readouterr().err
+    if status_line:  # redrawn every STATUS_INTERVAL_S, then cleared
+        assert err.count("7 samples") >= 2 and err.endswith("\r\x1b[K")
+    else:
+        assert err == ""
+
+
 def test_window_export_is_gzipped_whole_or_not_at_all(tmp_path: Path) -> None:
     import gzip
 
