@@ -261,22 +261,30 @@ def test_replayed_telemetry_gives_energy_per_token_cross_checked(tmp_path: Path)
     assert specs["gpu0"] == "h100-sxm"
 
 
+class _SamplerWithTicks:
+    """What the status line reads of a sampler: its tick count."""
+
+    def __init__(self, ticks: int) -> None:
+        self.stats = type("Stats", (), {"ticks": ticks})()
+
+
+class _Live:
+    """What the status line reads of the live sink: the latest sample per device."""
+
+    def __init__(self, latest: dict | None = None) -> None:
+        self._latest = latest or {}
+
+    def latest(self) -> dict:
+        return self._latest
+
+
 def test_status_line_shows_elapsed_samples_util_and_power() -> None:
     from gpuscope.collectors.base import Sample
     from gpuscope.runner import _status
 
-    class _Stats:
-        ticks = 42
-
-    class _Sampler:
-        stats = _Stats()
-
-    class _Live:
-        def latest(self) -> dict:
-            return {"gpu0": Sample(device="gpu0", ts_ns=0, values={"gpu_util": 0.87, "power_w": 512.0}),
-                    "host": Sample(device="host", ts_ns=0, values={"host_cpu_util": 0.5})}
-
-    line = _status(_Sampler(), _Live(), time.time_ns() - 3_000_000_000)
+    live = _Live({"gpu0": Sample(device="gpu0", ts_ns=0, values={"gpu_util": 0.87, "power_w": 512.0}),
+                  "host": Sample(device="host", ts_ns=0, values={"host_cpu_util": 0.5})})
+    line = _status(_SamplerWithTicks(42), live, time.time_ns() - 3_000_000_000)
     assert line.startswith("gpuscope:") and "42 samples" in line and "gpu0  87%  512 W" in line
     assert "host" not in line  # only devices with GPU utilisation or power
 
@@ -287,23 +295,13 @@ def test_waiting_for_the_child_redraws_the_status_line_and_lets_signals_through(
 
     from gpuscope.runner import _wait
 
-    class _Stats:
-        ticks = 7
-
-    class _Sampler:
-        stats = _Stats()
-
-    class _Live:
-        def latest(self) -> dict:
-            return {}
-
     seen: list[int] = []
     previous = signal.signal(signal.SIGUSR1, lambda signum, frame: seen.append(signum))
     try:
         child = subprocess.Popen([PY, "-c", "import sys, time; time.sleep(1.3); sys.exit(3)"])
         threading.Timer(0.3, os.kill, (os.getpid(), signal.SIGUSR1)).start()
         t0 = time.monotonic()
-        code = _wait(child, _Sampler(), _Live(), time.time_ns(), status_line)
+        code = _wait(child, _SamplerWithTicks(7), _Live(), time.time_ns(), status_line)
         waited = time.monotonic() - t0
     finally:
         signal.signal(signal.SIGUSR1, previous)
