@@ -550,7 +550,7 @@ def split_spool(spool: Path, part_bytes: int | None = None) -> list[Path]:
     left as it is). Returns ``[spool]`` when it is small or has no place to cut."""
     part_bytes = part_bytes or SPOOL_PART_BYTES
     size = spool.stat().st_size
-    if size < 2 * part_bytes:
+    if size < 2 * part_bytes or not hasattr(os, "pread"):  # (no pread: Windows)
         return [spool]
     cuts: list[tuple[int, int]] = []  # (end of a part: after its '}', start of the next: its '{')
     fd = os.open(spool, os.O_RDONLY)
