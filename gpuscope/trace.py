@@ -8,10 +8,10 @@ events never become Python objects:
    keys around ``traceEvents`` in Python, and copies the bytes of the ``traceEvents`` array into
    a spool file, holding at most a few MiB in memory at any time.
 2. :func:`load_trace` lets DuckDB's JSON reader parse that array (in C++, in parts of a few
-   MiB cut between events by :func:`split_spool`) into a staging table, one row per event, with the fields gpuscope uses pulled out of
-   ``args``. Malformed events (not an object, no numeric ``ts``/``dur``, negative ``dur``) are
-   counted and skipped.
-3. :func:`build_run_tables` links kernels to their launch (``correlation``) and their CPU op
+   MiB cut between events by :func:`split_spool`) into a staging table, one row per event,
+   with the fields gpuscope uses pulled out of ``args``. Malformed events (not an object, no
+   numeric ``ts``/``dur``, negative ``dur``) are counted and skipped.
+3. :func:`stage_traces` links kernels to their launch (``correlation``) and their CPU op
    (``External id``) with SQL joins and produces the rows of ``kernels``, ``ops``,
    ``annotations``, ``devices`` and ``traces``.
 
