@@ -396,6 +396,12 @@ def _sql_ident(s: str) -> str:
     return '"' + s.replace('"', '""') + '"'
 
 
+#: The index of the part (:func:`split_spool`) an event was read from; 0 for a whole spool.
+#: With ``rowid`` it gives the event's position in the trace: several threads may insert
+#: the parts' rows interleaved, but each part's rows in order.
+_PART_SQL = r"coalesce(TRY_CAST(regexp_extract(filename, '\.part(\d+)\.json$', 1) AS INTEGER), 0)"
+
+
 def _file_list(files: Sequence[Path]) -> str:
     return "[" + ", ".join(_sql_str(str(f)) for f in files) + "]"
 
@@ -423,8 +429,8 @@ def _typed_source(files: Sequence[Path]) -> str:
         else:
             sel.append(f"NULL AS {name}")
     return (
-        f"SELECT 'OBJECT' AS jtype, {', '.join(sel)} FROM read_json({_file_list(files)}, format='array', "
-        f"columns={{{', '.join(cols)}}}, maximum_object_size=16777216)"
+        f"SELECT 'OBJECT' AS jtype, {', '.join(sel)}, {_PART_SQL} AS part FROM read_json({_file_list(files)}, "
+        f"format='array', columns={{{', '.join(cols)}}}, maximum_object_size=16777216, filename=true)"
     )
 
 
@@ -440,8 +446,9 @@ def _lenient_source(files: Sequence[Path]) -> str:
         sel.append(f"v[{len(paths)}] AS {name}")
     plist = "[" + ", ".join(_sql_str(p) for p in paths) + "]"
     return (
-        f"SELECT json_type(json) AS jtype, {', '.join(sel)} FROM (SELECT json, json_extract_string(json, {plist}) AS v "
-        f"FROM read_json_objects({_file_list(files)}, format='array', maximum_object_size=16777216))"
+        f"SELECT json_type(json) AS jtype, {', '.join(sel)}, part FROM (SELECT json, json_extract_string(json, {plist}) "
+        f"AS v, {_PART_SQL} AS part FROM read_json_objects({_file_list(files)}, format='array', "
+        f"maximum_object_size=16777216, filename=true))"
     )
 
 
@@ -471,7 +478,8 @@ def _insert_sql(trace_id: int, base_ns: int, source: str) -> str:
 INSERT INTO ev
 SELECT {trace_id} AS trace_id, cls, {', '.join(n for n in _FIELD_NAMES if n not in ('ts_us', 'dur_us'))},
        ts_us, CASE WHEN cls NOT LIKE 'malformed%' AND cls <> 'ignored' THEN {_ns('ts_us', base_ns)} END AS ts_ns,
-       CASE WHEN cls NOT LIKE 'malformed%' AND cls <> 'ignored' THEN CAST(round(dur_us * 1000) AS BIGINT) END AS dur_ns
+       CASE WHEN cls NOT LIKE 'malformed%' AND cls <> 'ignored' THEN CAST(round(dur_us * 1000) AS BIGINT) END AS dur_ns,
+       part
 FROM (
   SELECT *,
     CASE
@@ -489,7 +497,7 @@ FROM (
       ELSE 'ignored' END AS cls
   FROM (
     SELECT jtype, {conv}, TRY_CAST(ts_us::VARCHAR AS DOUBLE) AS ts_us, TRY_CAST(dur_us::VARCHAR AS DOUBLE) AS dur_us,
-           lower(cat) AS lc
+           lower(cat) AS lc, part
     FROM ({source})
   )
 )"""
@@ -504,7 +512,8 @@ _EV_DDL = (
     "pid VARCHAR, tid VARCHAR, ext_a BIGINT, ext_b BIGINT, correlation BIGINT, "
     "device VARCHAR, stream BIGINT, grid INTEGER[], block INTEGER[], registers INTEGER, shared_memory BIGINT, "
     "occupancy_pct DOUBLE, bytes BIGINT, input_dims VARCHAR, input_types VARCHAR, input_strides VARCHAR, "
-    "concrete_inputs VARCHAR, sequence_number BIGINT, launch_kernel VARCHAR, ts_us DOUBLE, ts_ns BIGINT, dur_ns BIGINT)"
+    "concrete_inputs VARCHAR, sequence_number BIGINT, launch_kernel VARCHAR, ts_us DOUBLE, ts_ns BIGINT, dur_ns BIGINT, "
+    "part INTEGER)"
 )
 
 
@@ -719,7 +728,10 @@ STAGING_TABLES = (
     "op_depth", "kernel_stage", "op_parent", "graph_stage", "op_launching", "graph_map", "dev_map",
 )
 
-#: Step 3a: split the parsed events (``ev``) into the tables linking works on.
+#: Step 3a: split the parsed events (``ev``) into the tables linking works on. Orderings end
+#: with ``part, rowid``, the event's position in the trace, so that events with equal times (an
+#: op and the op it wraps, both 5 µs long at µs resolution; Kineto writes the outer one first)
+#: come out the same way on one thread or several.
 _EXTRACT_SQL = """
 CREATE TEMP TABLE gpu AS
 SELECT e.trace_id,
@@ -741,16 +753,16 @@ CREATE TEMP TABLE rt AS
 SELECT trace_id, correlation, name, ts_ns, dur_ns, coalesce(ext_a, ext_b) AS ext_id, pid, tid
 FROM ev WHERE cls = 'runtime' AND correlation IS NOT NULL
   AND (trace_id, correlation) IN (SELECT trace_id, correlation FROM gpu WHERE correlation IS NOT NULL)
-QUALIFY row_number() OVER (PARTITION BY trace_id, correlation ORDER BY ts_ns) = 1;
+QUALIFY row_number() OVER (PARTITION BY trace_id, correlation ORDER BY ts_ns, part, rowid) = 1;
 
 -- Kernel launches made while a CUDA/HIP graph was being captured: inside a
 -- *StreamBeginCapture .. *StreamEndCapture window of their process, naming their kernel
 -- (args.kernel), with no GPU activity of their own. Each window is one graph.
 CREATE TEMP TABLE capture_window AS
 SELECT trace_id, pid, ts_ns AS begin_ns,
-       lead(ts_ns) OVER (PARTITION BY trace_id, pid ORDER BY ts_ns) AS end_ns,
+       lead(ts_ns) OVER (PARTITION BY trace_id, pid ORDER BY ts_ns, part, rowid) AS end_ns,
        name LIKE '%EndCapture%' AS is_end,
-       lead(name LIKE '%EndCapture%') OVER (PARTITION BY trace_id, pid ORDER BY ts_ns) AS next_is_end
+       lead(name LIKE '%EndCapture%') OVER (PARTITION BY trace_id, pid ORDER BY ts_ns, part, rowid) AS next_is_end
 FROM ev WHERE cls = 'runtime' AND (name LIKE '%StreamBeginCapture%' OR name LIKE '%StreamEndCapture%');
 
 CREATE TEMP TABLE captured AS
@@ -766,7 +778,7 @@ WHERE e.cls = 'runtime' AND e.launch_kernel IS NOT NULL AND e.correlation IS NOT
 INSERT INTO rt SELECT trace_id, correlation, launch_name, ts_ns, dur_ns, ext_id, pid, tid FROM captured;
 
 CREATE TEMP TABLE op_stage AS
-SELECT row_number() OVER (ORDER BY trace_id, ts_ns, dur_ns DESC) - 1 AS op_id,
+SELECT row_number() OVER (ORDER BY trace_id, ts_ns, dur_ns DESC, part, rowid) - 1 AS op_id,
        trace_id, pid, tid, name, ts_ns, dur_ns, coalesce(ext_a, ext_b) AS external_id, sequence_number,
        input_dims, input_types, input_strides, concrete_inputs
 FROM ev WHERE cls = 'op';
@@ -924,10 +936,14 @@ def default_run_name(paths: Sequence[Path]) -> str:
     return name or "trace"
 
 
-#: Inputs with at least this much JSON are parsed and linked with several threads; smaller
-#: ones with one. On the 2-core benchmark VM one thread was both faster and leaner for the
-#: 26 MB A100 trace (whole ingest 0.63 s / 160 MiB peak against 0.69 s / 192 MiB with two).
-PARALLEL_JSON_BYTES = 256 << 20
+#: Inputs with at least this much JSON are parsed and linked with several threads (the parts of
+#: :func:`split_spool` are parsed several at once); smaller ones with one. Measured on the
+#: 2-core benchmark VM (whole ingest, two threads against one, 3 runs each): 26 MB (A100 trace)
+#: 0.66 s against 0.66 s and 151 against 110 MiB; 34 MB (vLLM) 0.55 against 0.56 s, 139
+#: against 105 MiB; 59 MB (217k events) 0.94 against 1.11 s, 175 against 144 MiB; 326 MB (1.2M
+#: events) 3.33 against 5.89 s, 558 against 284 MiB. Below ~50 MB a second thread only costs
+#: memory.
+PARALLEL_JSON_BYTES = 48 << 20
 
 
 def _staging_connection() -> duckdb.DuckDBPyConnection:

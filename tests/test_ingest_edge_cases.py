@@ -437,3 +437,27 @@ def test_split_spool_cuts_only_between_objects(tmp_path) -> None:
     compact = tmp_path / "compact.json"
     compact.write_text(json.dumps(events))  # one line: nowhere to cut
     assert split_spool(compact, 1024) == [compact]
+
+
+def test_ops_with_equal_times_link_the_same_on_one_thread_or_several(tmp_path, db, monkeypatch) -> None:
+    import gpuscope.trace as trace
+
+    # A wrapper op and the op it wraps with the same ts and dur (µs resolution makes this
+    # common: torch::distributed::reducer::mul_out around aten::mul). The launch belongs to the
+    # inner op, which Kineto writes after its parent; ties must not be broken by chance.
+    events = []
+    for i in range(1500):
+        t = i * 20.0
+        events += [
+            cpu_op("torch::distributed::reducer::mul_out", t, 5.0, ext=2 * i, dims=[[i % 7 + 1]], types=["float"]),
+            cpu_op("aten::mul", t, 5.0, ext=2 * i + 1, dims=[[i % 7 + 1], []], types=["float", "Scalar"]),
+            runtime("cudaLaunchKernel", t + 1, 2.0, corr=i, ext=99_999_999),  # no op claims it by id
+            kernel("vectorized_elementwise_kernel", t + 10, 3.0, corr=i),
+        ]
+    path = write_trace(tmp_path / "t.json", events)
+    monkeypatch.setattr(trace, "SPOOL_PART_BYTES", 8192)
+    one = _analyze(path)
+    monkeypatch.setattr(trace, "PARALLEL_JSON_BYTES", 1)  # several threads, parsing parts at once
+    several = _analyze(path)
+    assert {o["name"] for o in one["ops"]} == {"aten::mul"}  # every launch on the inner op
+    assert _comparable(several) == _comparable(one)
