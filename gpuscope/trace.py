@@ -996,14 +996,24 @@ def _stage_traces(
     try:
         if memory_limit:
             con.execute(f"SET memory_limit = {_sql_str(memory_limit)}")
-        return _stage_into(con, paths, progress, optional)
+        return _stage_into(con, paths, progress, optional, memory_limit)
     except BaseException:
         con.close()
         raise
 
 
+def _limit_bytes(limit: str) -> int:
+    """Bytes in a DuckDB memory limit written as ``100MB``, ``1.5GiB``, ..."""
+    m = re.fullmatch(r"\s*([0-9.]+)\s*([KMGT]?)(i?)B?\s*", limit, re.IGNORECASE)
+    if not m:
+        raise ValueError(f"not a memory size: {limit!r}")
+    power = " KMGT".index(m.group(2).upper() or " ")
+    return int(float(m.group(1)) * (1024 if m.group(3) else 1000) ** power)
+
+
 def _stage_into(
-    con: duckdb.DuckDBPyConnection, paths: Sequence[Path], progress: Progress, optional: Collection[Path]
+    con: duckdb.DuckDBPyConnection, paths: Sequence[Path], progress: Progress, optional: Collection[Path],
+    memory_limit: str | None = None,
 ) -> tuple[duckdb.DuckDBPyConnection, list[TraceInfo], dict[str, Any]]:
     con.execute(_EV_DDL)
     infos: list[TraceInfo] = []
@@ -1023,13 +1033,18 @@ def _stage_into(
                 raise
             base = _time_base(spooled.header)
             json_total += spooled.json_bytes
-            if json_total >= PARALLEL_JSON_BYTES and not parallel:
-                # Several threads each hold their own read buffers: DuckDB's default limit (a
-                # share of RAM, spilling beyond it) rather than the one-thread staging limit,
-                # which they could outgrow only to be staged all over again.
-                con.execute(f"SET threads = {max(1, min(4, os.cpu_count() or 1))}")
-                con.execute("RESET memory_limit")
-                parallel = True
+            if json_total >= PARALLEL_JSON_BYTES:
+                if not parallel:
+                    con.execute(f"SET threads = {max(1, min(4, os.cpu_count() or 1))}")
+                    parallel = True
+                # Several threads hold more at once than one: the one-thread limit plus the
+                # input's size, rather than DuckDB's default (a share of RAM). 217k events:
+                # ~160 against ~193 MiB peak at the same speed; 1.2M events: 476 against
+                # 556 MiB, 6 % slower.
+                if memory_limit is not None:
+                    con.execute(f"SET memory_limit = '{(_limit_bytes(memory_limit) + json_total) >> 20}MiB'")
+                else:
+                    con.execute("RESET memory_limit")
             try:
                 n = load_trace(con, trace_id, spooled, base)
             finally:

@@ -328,6 +328,15 @@ def test_large_inputs_are_staged_with_several_threads(tmp_path, db, monkeypatch)
     assert doc["time_us"]["idle"] == pytest.approx(6.0 * 499)
 
 
+def test_memory_limits_are_read_as_duckdb_writes_them() -> None:
+    from gpuscope.trace import _limit_bytes
+
+    assert _limit_bytes("100MB") == 100_000_000 and _limit_bytes("1MB") == 1_000_000
+    assert _limit_bytes("1.5GiB") == 3 << 29 and _limit_bytes("512 KiB") == 512 << 10
+    with pytest.raises(ValueError):
+        _limit_bytes("lots")
+
+
 def _spy_reads(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     """Record how many files (the whole spool, or its parts) each read of events was given, and
     still read them."""
