@@ -302,20 +302,26 @@ def spool_events(path: Path, spool_dir: Path) -> SpooledTrace:
                 if len(head) > HEAD_LIMIT_BYTES:
                     raise InputError(source, f"no 'traceEvents' array in the first {HEAD_LIMIT_BYTES >> 20} MiB") from None
         start_byte = len(text[:start].encode("utf-8", "surrogateescape"))
-        fd, spool_name = tempfile.mkstemp(prefix="events-", suffix=".json", dir=spool_dir)
-        spool = Path(spool_name)
-        written = 0
-        with os.fdopen(fd, "w+b") as out:
-            data = bytes(head[start_byte:])
-            del head, text
-            while data:
-                if b"[[[[[[[[[[[[[[[[" in data and _DEEP_RE.search(data):
-                    raise InputError(source, f"JSON nested more than {MAX_NESTING} levels deep")
-                out.write(data)
-                written += len(data)
-                data = inp.read(CHUNK_BYTES)
-            end = _events_end(out, written, form, header, source)
-            out.truncate(end)
+        try:
+            fd, spool_name = tempfile.mkstemp(prefix="events-", suffix=".json", dir=spool_dir)
+            spool = Path(spool_name)
+            written = 0
+            with os.fdopen(fd, "w+b") as out:
+                data = bytes(head[start_byte:])
+                del head, text
+                while data:
+                    if b"[[[[[[[[[[[[[[[[" in data and _DEEP_RE.search(data):
+                        raise InputError(source, f"JSON nested more than {MAX_NESTING} levels deep")
+                    out.write(data)
+                    written += len(data)
+                    data = inp.read(CHUNK_BYTES)
+                end = _events_end(out, written, form, header, source)
+                out.truncate(end)
+        except OSError as exc:  # the temporary folder is full or not writable
+            raise GpuscopeError(
+                f"{source}: cannot write a temporary copy of its events in {spool_dir} "
+                f"({exc.strerror or exc}); set TMPDIR to a folder with room for the uncompressed trace"
+            ) from None
         json_bytes = start_byte + written
     finally:
         inp.close()
@@ -593,9 +599,11 @@ def split_spool(spool: Path, part_bytes: int | None = None) -> list[Path]:
                         os.write(out, b"]")
                 finally:
                     os.close(out)
-        except BaseException:
+        except BaseException as exc:
             for path in parts:
                 path.unlink(missing_ok=True)
+            if isinstance(exc, OSError):  # no room for the parts (disk full): read the spool whole
+                return [spool]
             raise
         return parts
     finally:

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import cpu_op, kernel, run_cli, runtime, write_trace
+from conftest import cpu_op, file_digest, kernel, run_cli, runtime, write_trace
 
 
 def _analyze(*paths: Path) -> dict:
@@ -470,3 +470,25 @@ def test_ops_with_equal_times_link_the_same_on_one_thread_or_several(tmp_path, d
     several = _analyze(path)
     assert {o["name"] for o in one["ops"]} == {"aten::mul"}  # every launch on the inner op
     assert _comparable(several) == _comparable(one)
+
+
+def test_a_full_temporary_folder(tmp_path, db, monkeypatch) -> None:
+    import gpuscope.trace as trace
+
+    path = write_trace(tmp_path / "t.json", [kernel("k", i * 10.0, 5.0, corr=i) for i in range(3000)])
+
+    def no_space(*args, **kwargs):
+        raise OSError(28, "No space left on device")
+
+    # No room for the parts: the spool is read whole, and the ingest goes through.
+    monkeypatch.setattr(trace, "SPOOL_PART_BYTES", 4096)
+    monkeypatch.setattr(trace, "_copy_range", no_space)
+    seen = _spy_reads(monkeypatch)
+    assert _analyze(path)["counts"]["gpu_activities"] == 3000 and seen == [1]
+    # No room for the spool: one line that says where and what to do; the store is untouched.
+    before = file_digest(db)
+    monkeypatch.setattr(trace.tempfile, "mkstemp", no_space)
+    r = run_cli("ingest", path, "-q")
+    assert r.code == 1 and len(r.err.strip().splitlines()) == 1 and "Traceback" not in r.err
+    assert "cannot write a temporary copy of its events" in r.err and "TMPDIR" in r.err and str(path) in r.err
+    assert file_digest(db) == before
