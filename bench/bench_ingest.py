@@ -13,8 +13,14 @@ For each trace, in whole processes and alternating between the tools on every re
                        get_gpu_kernel_breakdown(), get_temporal_breakdown(); DIR holds a
                        symlink to the one trace
   floor                `python -c "from gpuscope._db import duckdb; duckdb.connect()"`: what any
-                       gpuscope process that opens a store pays before doing any work
-                       before it does any work (context for the ratios, not a goal)
+                       gpuscope process that opens a store pays before it does any work
+                       (context for the ratios, not a goal)
+  bound                `python bench/_bound_child.py TRACE`: the floor, plus the trace streamed
+                       once (gunzip) and its events parsed by DuckDB into the nine fields that
+                       even the bare breakdown needs; nothing linked, stored or analyzed. No
+                       DuckDB-based ingest can be faster: HTA / bound is the most a one-step
+                       form could reach on this machine, HTA / (bound + floor) the most a
+                       two-step form could (context, not a goal)
 
 Wall time is measured around each child from spawn to exit, peak RSS is that child's
 ru_maxrss as reported by os.wait4() (the kernel includes descendants it reaped). The medians
@@ -48,6 +54,7 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 DEFAULT_TRACE = REPO.parent / "shared/data/traces/hta/a100_sxm4_80gb_training_large.json.gz"
 HTA_CHILD = Path(__file__).resolve().with_name("_hta_child.py")
+BOUND_CHILD = Path(__file__).resolve().with_name("_bound_child.py")
 
 GOAL_SPEEDUP = 10.0  # HTA wall / gpuscope wall, at least
 GOAL_RSS = 1 / 3  # gpuscope peak RSS / HTA peak RSS, at most
@@ -136,6 +143,7 @@ def run_gpuscope(trace: Path, work: Path) -> dict[str, Any]:
     # What any gpuscope process that opens a store pays before doing work: interpreter
     # start-up, the DuckDB module and opening a database. The two-step form pays it twice.
     floor = _check(run_child([py, "-c", FLOOR_CODE]), "the floor process")
+    bound = _check(run_child([py, str(BOUND_CHILD), str(trace)]), "the bound process")
     ingest_doc = json.loads(ingest.stdout)
     analysis = json.loads(analyze.stdout)
     analysis_one = json.loads(one.stdout)
@@ -148,6 +156,10 @@ def run_gpuscope(trace: Path, work: Path) -> dict[str, Any]:
         },
         "one_step": {"wall_s": one.wall_s, "maxrss_bytes": one.maxrss_bytes},
         "floor": {"wall_s": floor.wall_s, "maxrss_bytes": floor.maxrss_bytes},
+        "bound": {"wall_s": bound.wall_s, "maxrss_bytes": bound.maxrss_bytes,
+                  "phases_s": json.loads(bound.stdout)},
+        "bound_two_step": {"wall_s": bound.wall_s + floor.wall_s,
+                           "maxrss_bytes": max(bound.maxrss_bytes, floor.maxrss_bytes)},
         "store_bytes": store_after_ingest,
         "store_bytes_after_analyze": store_after_analyze,
         "store2_bytes": _store_bytes(db2),
@@ -212,7 +224,7 @@ def bench_trace(trace: Path, repeat: int, progress: bool) -> dict[str, Any]:
 
     median = {
         name: {"wall_s": med(gs_runs, name, "wall_s"), "maxrss_bytes": med(gs_runs, name, "maxrss_bytes")}
-        for name in ("ingest", "analyze", "two_step", "one_step", "floor")
+        for name in ("ingest", "analyze", "two_step", "one_step", "floor", "bound", "bound_two_step")
     }
     median["hta"] = {"wall_s": med(hta_runs, "wall_s"), "maxrss_bytes": med(hta_runs, "maxrss_bytes")}
 
@@ -227,6 +239,12 @@ def bench_trace(trace: Path, repeat: int, progress: bool) -> dict[str, Any]:
         for form in ("two_step", "one_step")
     }
     ratios["store_vs_gz"] = store_bytes / gz_bytes
+    # The most any DuckDB-based form could reach here (see BOUND_CHILD): context, not goals.
+    ratios["bound"] = {
+        "two_step_speedup_max": hta["wall_s"] / median["bound_two_step"]["wall_s"],
+        "one_step_speedup_max": hta["wall_s"] / median["bound"]["wall_s"],
+        "rss_min": median["bound"]["maxrss_bytes"] / hta["maxrss_bytes"],
+    }
     goals = {
         form: {
             "speedup": ratios[form]["speedup"] >= GOAL_SPEEDUP,
@@ -312,6 +330,8 @@ def text_report(res: dict[str, Any], repeat: int) -> str:
         ("gpuscope analyze TRACE (one-step)", m["one_step"]),
         ("HTA parse + kernel + temporal", m["hta"]),
         ("(floor: start, DuckDB, connect)", m["floor"]),
+        ("(bound: floor, gunzip, parse)", m["bound"]),
+        ("(bound + floor: two-step bound)", m["bound_two_step"]),
     ]
     for name, v in rows:
         lines.append(f"  {name:34}{v['wall_s']:8.2f}  {_mib(v['maxrss_bytes']):>12}")
@@ -324,6 +344,12 @@ def text_report(res: dict[str, Any], repeat: int) -> str:
         f"   <= 0.33    {_pf(g['two_step']['rss'])} / {_pf(g['one_step']['rss'])}",
         f"  {'store / .json.gz':34}{r['store_vs_gz']:9.2f}  {'':9}   <= 0.33    {_pf(g['store'])}"
         f"   ({res['store_bytes']:,} vs {res['gz_bytes']:,} bytes)",
+        "",
+        "  the most any DuckDB-based ingest could reach here (the bound process does nothing but start,",
+        "  gunzip and parse; no linking, store or analysis):",
+        f"  {'HTA wall / bound wall':34}{r['bound']['two_step_speedup_max']:8.2f}x  "
+        f"{r['bound']['one_step_speedup_max']:8.2f}x",
+        f"  {'bound peak RSS / HTA peak RSS':34}{r['bound']['rss_min']:9.2f}  {r['bound']['rss_min']:9.2f}",
     ]
     b = res["breakdown"]
     t = b["gpuscope_time_us"] or {}

@@ -389,6 +389,11 @@ _FIELDS: tuple[tuple[str, str, str], ...] = (
     ("launch_kernel", "args.kernel", "{x}"),
 )
 _FIELD_NAMES = tuple(f[0] for f in _FIELDS)
+#: The parsed fields as the staging table ``ev`` keeps them (the two spellings of External id
+#: are one column there; times are ``ts_ns`` / ``dur_ns``).
+_EV_COLUMNS = tuple(
+    "ext_id" if n == "ext_a" else n for n in _FIELD_NAMES if n not in ("ext_b", "ts_us", "dur_us")
+)
 #: Read as JSON text, so that only JSON numbers count as times: a string ("200") or a boolean
 #: ``ts``/``dur`` makes the event malformed, as the reference definition has it.
 _NUMERIC_TOP = ("ts", "dur")
@@ -480,11 +485,13 @@ def _insert_sql(trace_id: int, base_ns: int, source: str) -> str:
     ops = ", ".join(_sql_str(c) for c in OP_CATEGORIES)
     ann = ", ".join(_sql_str(c) for c in ANNOTATION_CATEGORIES)
     conv = ", ".join(c.format(x=name) + f" AS {name}" for name, _, c in _FIELDS if name not in ("ts_us", "dur_us"))
+    usable = "cls IN ('gpu', 'op', 'runtime', 'annotation')"
+    kept = ["coalesce(ext_a, ext_b) AS ext_id" if n == "ext_id" else n for n in _EV_COLUMNS]
     return f"""
 INSERT INTO ev
-SELECT {trace_id} AS trace_id, cls, {', '.join(n for n in _FIELD_NAMES if n not in ('ts_us', 'dur_us'))},
-       ts_us, CASE WHEN cls NOT LIKE 'malformed%' AND cls <> 'ignored' THEN {_ns('ts_us', base_ns)} END AS ts_ns,
-       CASE WHEN cls NOT LIKE 'malformed%' AND cls <> 'ignored' THEN CAST(round(dur_us * 1000) AS BIGINT) END AS dur_ns,
+SELECT {trace_id} AS trace_id, cls, {', '.join(kept)},
+       CASE WHEN {usable} THEN {_ns('ts_us', base_ns)} END AS ts_ns,
+       CASE WHEN {usable} THEN CAST(round(dur_us * 1000) AS BIGINT) END AS dur_ns,
        part
 FROM (
   SELECT *,
@@ -515,10 +522,10 @@ _EV_DDL = (
     "CREATE TYPE ev_class AS ENUM ('gpu', 'op', 'runtime', 'annotation', 'ignored', 'malformed:not an object', "
     "'malformed:no numeric ts', 'malformed:no numeric dur', 'malformed:negative dur'); "
     "CREATE TEMP TABLE ev (trace_id INTEGER, cls ev_class, ph VARCHAR, cat VARCHAR, name VARCHAR, "
-    "pid VARCHAR, tid VARCHAR, ext_a BIGINT, ext_b BIGINT, correlation BIGINT, "
+    "pid VARCHAR, tid VARCHAR, ext_id BIGINT, correlation BIGINT, "
     "device VARCHAR, stream BIGINT, grid INTEGER[], block INTEGER[], registers INTEGER, shared_memory BIGINT, "
     "occupancy_pct DOUBLE, bytes BIGINT, input_dims VARCHAR, input_types VARCHAR, input_strides VARCHAR, "
-    "concrete_inputs VARCHAR, sequence_number BIGINT, launch_kernel VARCHAR, ts_us DOUBLE, ts_ns BIGINT, dur_ns BIGINT, "
+    "concrete_inputs VARCHAR, sequence_number BIGINT, launch_kernel VARCHAR, ts_ns BIGINT, dur_ns BIGINT, "
     "part INTEGER)"
 )
 
@@ -752,13 +759,13 @@ SELECT e.trace_id,
             WHEN regexp_matches(lower(coalesce(e.name, '')), '^(hip)?memset') THEN 'memset'
             ELSE 'kernel' END AS kind,
        e.name, e.ts_ns, e.dur_ns, e.correlation,
-       coalesce(e.ext_a, e.ext_b) AS ext_id,
+       e.ext_id,
        e.grid, e.block, e.registers, e.shared_memory, e.occupancy_pct, e.bytes
 FROM ev e
 WHERE e.cls = 'gpu';
 
 CREATE TEMP TABLE rt AS
-SELECT trace_id, correlation, name, ts_ns, dur_ns, coalesce(ext_a, ext_b) AS ext_id, pid, tid
+SELECT trace_id, correlation, name, ts_ns, dur_ns, ext_id, pid, tid
 FROM ev WHERE cls = 'runtime' AND correlation IS NOT NULL
   AND (trace_id, correlation) IN (SELECT trace_id, correlation FROM gpu WHERE correlation IS NOT NULL)
 QUALIFY row_number() OVER (PARTITION BY trace_id, correlation ORDER BY ts_ns, part, rowid) = 1;
@@ -775,7 +782,7 @@ FROM ev WHERE cls = 'runtime' AND (name LIKE '%StreamBeginCapture%' OR name LIKE
 
 CREATE TEMP TABLE captured AS
 SELECT e.trace_id, w.begin_ns AS graph_begin_ns, e.correlation, e.name AS launch_name,
-       e.launch_kernel AS kernel_name, e.ts_ns, e.dur_ns, coalesce(e.ext_a, e.ext_b) AS ext_id, e.pid, e.tid,
+       e.launch_kernel AS kernel_name, e.ts_ns, e.dur_ns, e.ext_id, e.pid, e.tid,
        e.grid, e.block
 FROM ev e JOIN capture_window w
   ON w.trace_id = e.trace_id AND w.pid = e.pid AND NOT w.is_end AND w.next_is_end
@@ -787,7 +794,7 @@ INSERT INTO rt SELECT trace_id, correlation, launch_name, ts_ns, dur_ns, ext_id,
 
 CREATE TEMP TABLE op_stage AS
 SELECT row_number() OVER (ORDER BY trace_id, ts_ns, dur_ns DESC, part, rowid) - 1 AS op_id,
-       trace_id, pid, tid, name, ts_ns, dur_ns, coalesce(ext_a, ext_b) AS external_id, sequence_number,
+       trace_id, pid, tid, name, ts_ns, dur_ns, ext_id AS external_id, sequence_number,
        input_dims, input_types, input_strides, concrete_inputs
 FROM ev WHERE cls = 'op';
 
@@ -1069,10 +1076,11 @@ def _stage_into(
             relative = base > 0
             if not relative:
                 min_ts = con.execute(
-                    "SELECT min(ts_us) FROM ev WHERE trace_id = ? AND cls IN ('gpu', 'op', 'runtime', 'annotation')",
+                    # (no base: ts_ns is ts in µs times 1000)
+                    "SELECT min(ts_ns) FROM ev WHERE trace_id = ? AND cls IN ('gpu', 'op', 'runtime', 'annotation')",
                     [trace_id],
                 ).fetchone()[0]
-                relative = min_ts is not None and min_ts < ABSOLUTE_US_THRESHOLD
+                relative = min_ts is not None and min_ts < ABSOLUTE_US_THRESHOLD * 1000
             infos.append(
                 TraceInfo(trace_id, str(path), spooled.form, spooled.size_bytes, spooled.json_bytes, n,
                           base, relative, _rank(spooled.header), spooled.header)

@@ -36,3 +36,30 @@ def test_scale_trace_writes_copies_that_do_not_link_to_each_other(tmp_path, db) 
     assert by_op["aten::mm"]["kernel_us"] == pytest.approx(3 * 30.0)
     assert three["counts"]["gpu_activities_without_op"] == 0
 
+
+
+def _bound(path) -> dict:
+    p = subprocess.run([sys.executable, str(REPO / "bench" / "_bound_child.py"), str(path)],
+                       capture_output=True, text=True)
+    assert p.returncode == 0, p.stderr
+    import json
+
+    return json.loads(p.stdout)
+
+
+def test_bound_process_parses_every_event_of_the_trace(tmp_path) -> None:
+    """The benchmark's lower bound (bench/_bound_child.py) really reads the whole trace: its
+    event count is the trace's, through the typed reader when the events fit it."""
+    events = [cpu_op(f"aten::op{i}", 10.0 * i, 5.0, ext=i) for i in range(40)]
+    events += [kernel(f"k{i}", 10.0 * i + 1, 2.0, corr=100 + i) for i in range(25)]
+    doc = _bound(write_trace(tmp_path / "t.json", events))
+    assert doc["events"] == 65 and doc["reader"] == "typed"
+    assert all(doc[k] >= 0 for k in ("import_connect_s", "gunzip_spool_s", "parse_s"))
+
+
+def test_bound_process_counts_events_the_typed_reader_cannot_take(tmp_path) -> None:
+    # a string ts does not fit the typed reader's DOUBLE: the bound still parses every event
+    events = [kernel("k0", 1.0, 2.0, corr=1), {"ph": "X", "cat": "kernel", "name": "k1", "ts": "not a time",
+                                                 "dur": 1, "pid": 0, "tid": 7}]
+    doc = _bound(write_trace(tmp_path / "t.json", events))
+    assert doc["events"] == 2 and doc["reader"] == "objects"

@@ -1,0 +1,62 @@
+#!/usr/bin/env python3
+"""The least work any DuckDB-based ingest of a trace must do, as one whole process.
+
+    python bench/_bound_child.py TRACE
+
+Starts the interpreter, imports DuckDB as gpuscope does and opens a database, streams the
+trace once (gunzip, events copied out: :func:`gpuscope.trace.spool_events`, then cut into
+parts of a few MiB: :func:`gpuscope.trace.split_spool`), and has DuckDB's JSON reader parse
+the events into the nine fields that even the bare time breakdown and the kernel-to-op link
+need (``ph``, ``cat``, ``name``, ``pid``, ``tid``, ``ts``, ``dur``,
+``args.correlation``, ``args.External id``). Nothing is classified, linked, stored or
+analyzed. The benchmark times this process from spawn to exit: no gpuscope ingest built on
+DuckDB can take less on the same machine, and a two-step ingest + analyze pays at least this
+plus one more interpreter with DuckDB (the floor process). Prints one JSON line with the time
+of each phase inside the process.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+_COLUMNS = (
+    "{ph: 'VARCHAR', cat: 'VARCHAR', name: 'VARCHAR', pid: 'VARCHAR', tid: 'VARCHAR', ts: 'DOUBLE', "
+    "dur: 'DOUBLE', args: 'STRUCT(\"External id\" BIGINT, correlation BIGINT)'}"
+)
+
+
+def main() -> int:
+    t0 = time.perf_counter()
+    from gpuscope._db import duckdb
+    from gpuscope.trace import split_spool, spool_events
+
+    con = duckdb.connect(":memory:", config={"threads": 1})
+    t1 = time.perf_counter()
+    with tempfile.TemporaryDirectory(prefix="gpuscope-bound-") as tmp:
+        spooled = spool_events(Path(sys.argv[1]), Path(tmp))
+        t2 = time.perf_counter()
+        # in parts of a few MiB, as gpuscope reads them (less memory than one buffer)
+        files = "[" + ", ".join("'" + str(p).replace("'", "''") + "'" for p in split_spool(spooled.spool)) + "]"
+        try:  # the typed reader: the fastest form, for traces whose events fit it
+            con.execute(
+                f"CREATE TEMP TABLE ev AS SELECT * FROM read_json({files}, format='array', "
+                f"maximum_object_size=16777216, columns={_COLUMNS})"
+            )
+            how = "typed"
+        except duckdb.Error:  # events of other shapes: parse only
+            con.execute(f"CREATE TEMP TABLE ev AS SELECT json FROM read_json_objects({files}, format='array')")
+            how = "objects"
+        events = con.execute("SELECT count(*) FROM ev").fetchone()[0]
+        t3 = time.perf_counter()
+    json.dump({"events": events, "reader": how, "import_connect_s": t1 - t0, "gunzip_spool_s": t2 - t1,
+               "parse_s": t3 - t2}, sys.stdout)
+    sys.stdout.write("\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
