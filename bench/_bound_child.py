@@ -7,9 +7,9 @@ Starts the interpreter, imports DuckDB as gpuscope does and opens a database, st
 trace once (gunzip, events copied out: :func:`gpuscope.trace.spool_events`, then cut into
 parts of a few MiB: :func:`gpuscope.trace.split_spool`), and has DuckDB's JSON reader parse
 the events into the nine fields that even the bare time breakdown and the kernel-to-op link
-need (``ph``, ``cat``, ``name``, ``pid``, ``tid``, ``ts``, ``dur``,
-``args.correlation``, ``args.External id``). Nothing is classified, linked, stored or
-analyzed. The benchmark times this process from spawn to exit: no gpuscope ingest built on
+need (``ph``, ``cat``, ``name``, ``pid``, ``tid``, ``ts``, ``dur``, ``args.correlation``,
+``args.External id``), on as many threads as gpuscope's ingest uses for that much JSON.
+Nothing is classified, linked, stored or analyzed. The benchmark times this process from spawn to exit: no gpuscope ingest built on
 DuckDB can take less on the same machine, and a two-step ingest + analyze pays at least this
 plus one more interpreter with DuckDB (the floor process). Prints one JSON line with the time
 of each phase inside the process.
@@ -18,6 +18,7 @@ of each phase inside the process.
 from __future__ import annotations
 
 import json
+import os
 import sys
 import tempfile
 import time
@@ -32,12 +33,16 @@ _COLUMNS = (
 def main() -> int:
     t0 = time.perf_counter()
     from gpuscope._db import duckdb
-    from gpuscope.trace import split_spool, spool_events
+    from gpuscope.trace import PARALLEL_JSON_BYTES, split_spool, spool_events
 
     con = duckdb.connect(":memory:", config={"threads": 1})
     t1 = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="gpuscope-bound-") as tmp:
         spooled = spool_events(Path(sys.argv[1]), Path(tmp))
+        threads = 1
+        if spooled.json_bytes >= PARALLEL_JSON_BYTES:  # as gpuscope's ingest does
+            threads = max(1, min(4, os.cpu_count() or 1))
+            con.execute(f"SET threads = {threads}")
         t2 = time.perf_counter()
         # in parts of a few MiB, as gpuscope reads them (less memory than one buffer)
         files = "[" + ", ".join("'" + str(p).replace("'", "''") + "'" for p in split_spool(spooled.spool)) + "]"
@@ -52,7 +57,7 @@ def main() -> int:
             how = "objects"
         events = con.execute("SELECT count(*) FROM ev").fetchone()[0]
         t3 = time.perf_counter()
-    json.dump({"events": events, "reader": how, "import_connect_s": t1 - t0, "gunzip_spool_s": t2 - t1,
+    json.dump({"events": events, "reader": how, "threads": threads, "import_connect_s": t1 - t0, "gunzip_spool_s": t2 - t1,
                "parse_s": t3 - t2}, sys.stdout)
     sys.stdout.write("\n")
     return 0

@@ -53,7 +53,7 @@ def test_bound_process_parses_every_event_of_the_trace(tmp_path) -> None:
     events = [cpu_op(f"aten::op{i}", 10.0 * i, 5.0, ext=i) for i in range(40)]
     events += [kernel(f"k{i}", 10.0 * i + 1, 2.0, corr=100 + i) for i in range(25)]
     doc = _bound(write_trace(tmp_path / "t.json", events))
-    assert doc["events"] == 65 and doc["reader"] == "typed"
+    assert doc["events"] == 65 and doc["reader"] == "typed" and doc["threads"] == 1
     assert all(doc[k] >= 0 for k in ("import_connect_s", "gunzip_spool_s", "parse_s"))
 
 
