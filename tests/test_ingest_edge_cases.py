@@ -113,6 +113,26 @@ def test_memcpy_memset_and_communication(tmp_path, db) -> None:
     assert doc["time_us"] == {"compute": 3.0, "communication": 12.0, "memory": 6.0, "idle": 1.0}
 
 
+def test_communication_and_memory_kernel_names_in_any_case(tmp_path, db) -> None:
+    """Names are matched case-insensitively (as the reference definition does): every casing of
+    the libraries' names, and kernels that only look close."""
+    comm = ["NCCL_AllGather", "Ncclkernel", "mscclKernel_Sum", "MSCCL_x", "hcclAllReduce", "HcCl_y",
+            "void rCcLGenericKernel<float>", "sendrecv_nCcL"]
+    compute = ["cl_gemm", "circle_CL_kernel", "ccl_only", "nccX_kernel", "unnamed"]
+    memory = ["HIPMEMCPY_kernel", "MemSet_fill", "hipMemsetD32"]
+    events, t = [], 0.0
+    for names, dur in ((comm, 2.0), (compute, 1.0), (memory, 3.0)):
+        for name in names:
+            events.append(kernel(name, t, dur))
+            t += dur
+    doc = _analyze(write_trace(tmp_path / "t.json", events))
+    assert doc["time_us"]["communication"] == 2.0 * len(comm)
+    assert doc["time_us"]["compute"] == 1.0 * len(compute)
+    assert doc["time_us"]["memory"] == 3.0 * len(memory)
+    kinds = {k["name"]: k["kind"] for k in doc["kernels"]}
+    assert kinds["HIPMEMCPY_kernel"] == "memcpy" and kinds["MemSet_fill"] == kinds["hipMemsetD32"] == "memset"
+
+
 def test_idle_is_per_device_over_merged_intervals(tmp_path, db) -> None:
     events = [
         kernel("a", 0.0, 10.0, device=0, stream=7), kernel("b", 2.0, 3.0, device=0, stream=8),
