@@ -652,10 +652,23 @@ def _insert_events(
         except duckdb.Error as exc:
             if source is _typed_source:
                 continue  # events that do not fit the typed reader: read them leniently
-            msg = re.sub(r"^[A-Za-z ]*Error: ", "", str(exc).splitlines()[0])
-            for f in files:
-                msg = msg.replace(str(f), "traceEvents")
-            raise InputError(str(spooled.source), f"malformed JSON in the events ({msg})") from None
+            raise InputError(str(spooled.source), f"malformed JSON in the events ({_reader_error(exc, files)})") from None
+
+
+def _reader_error(exc: Exception, files: Sequence[Path]) -> str:
+    """DuckDB's JSON reader error as a user reads it: without the error class, the spool's
+    temporary file names or the trailing punctuation, and in words where its own are cryptic."""
+    msg = re.sub(r"^[A-Za-z ]*Error: ", "", str(exc).splitlines()[0]).strip().rstrip(".").strip()
+    for f in files:
+        msg = msg.replace(str(f), "traceEvents")
+    # "Malformed JSON in file "<part>", at byte B in record/value N: why": B and N count within
+    # one part of the spool, which means nothing to the user; the reason does
+    m = re.match(r'^Malformed JSON in file "traceEvents", at byte \d+ in record/value \d+: (.+)$', msg)
+    if m:
+        msg = m.group(1)
+    if msg == "input length is 0":
+        msg = "an empty element in the event array (a stray comma?)"
+    return msg
 
 
 # --------------------------------------------------------------------------------------------

@@ -512,3 +512,19 @@ def test_a_full_temporary_folder(tmp_path, db, monkeypatch) -> None:
     assert r.code == 1 and len(r.err.strip().splitlines()) == 1 and "Traceback" not in r.err
     assert "cannot write a temporary copy of its events" in r.err and "TMPDIR" in r.err and str(path) in r.err
     assert file_digest(db) == before
+
+
+@pytest.mark.parametrize(("body", "reason"), [
+    (b'{"ph":"X","cat":"kernel","name":"k","ts":1,"dur":2,"pid":0,"tid":0},', "an empty element in the event array (a stray comma?)"),
+    (b'{"ph":"X","cat":"kernel","name":"k","ts":1,"dur":2,"pid":0,"tid":0},,{"ph":"X"}', "an empty element in the event array (a stray comma?)"),
+    (b'{"ph":"X","cat":"kernel","name":"k\xff\xfe","ts":1,"dur":2,"pid":0,"tid":0}', "invalid UTF-8 encoding in string"),
+    (b'{"ph":"X","cat":"kernel","name":"k","ts":1,"dur":2,"pid":0,"tid":0 "x":1}', "unexpected character"),
+])
+def test_malformed_events_are_named_in_words(tmp_path, db, body, reason) -> None:
+    """DuckDB's reader errors come out as one line with the reason alone: no temporary file,
+    no byte offset or record number within a part of the spool."""
+    path = tmp_path / "t.json"
+    path.write_bytes(b'{"traceEvents": [' + body + b"]}")
+    r = run_cli("ingest", path, "-q")
+    assert r.code == 2 and r.err.strip() == f"gpuscope ingest: {path}: malformed JSON in the events ({reason})"
+    assert not db.exists()
