@@ -528,3 +528,45 @@ def test_malformed_events_are_named_in_words(tmp_path, db, body, reason) -> None
     r = run_cli("ingest", path, "-q")
     assert r.code == 2 and r.err.strip() == f"gpuscope ingest: {path}: malformed JSON in the events ({reason})"
     assert not db.exists()
+
+
+def test_spool_ahead_hands_over_spools_and_errors_in_order(tmp_path) -> None:
+    """Files are spooled one ahead of the caller, in a thread: each take() gives that file's
+    spool, or the error spooling it raised, in the order of the files."""
+    from gpuscope.errors import InputError
+    from gpuscope.trace import SpoolAhead
+
+    good = write_trace(tmp_path / "a.json", [kernel("k", 1.0, 2.0)])
+    bad = tmp_path / "b.json"
+    bad.write_text('{"a": 1}')
+    also_good = write_trace(tmp_path / "c.json.gz", [kernel("k", 1.0, 2.0), kernel("k", 4.0, 2.0)])
+    ahead = SpoolAhead([good, bad, also_good])
+    try:
+        first = ahead.take(0)
+        assert first.source == good and first.spool.parent == ahead.dir
+        with pytest.raises(ValueError):
+            ahead.take(2)  # out of order
+        with pytest.raises(InputError, match="not a trace"):
+            ahead.take(1)
+        third = ahead.take(2)
+        assert third.source == also_good and third.spool.read_bytes().count(b'"kernel"') == 2
+    finally:
+        ahead.close()
+    assert not ahead.dir.exists()
+
+
+def test_spool_ahead_close_stops_the_spool_under_way(tmp_path) -> None:
+    import threading
+
+    from gpuscope.trace import SpoolAhead, SpoolStopped, spool_events
+
+    big = write_trace(tmp_path / "big.json", [kernel(f"k{i}", i * 3.0, 2.0, corr=i) for i in range(40000)])
+    assert big.stat().st_size > 4 * (1 << 20)  # several chunks of a MiB: a stop has a chance to land
+    stop = threading.Event()
+    stop.set()
+    with pytest.raises(SpoolStopped):
+        spool_events(big, tmp_path, stop)
+    ahead = SpoolAhead([big])
+    ahead.close()  # at once, while the first file may still be spooling
+    assert not ahead.dir.exists()
+    assert not any(t.name == "gpuscope-spool" and t.is_alive() for t in threading.enumerate())
