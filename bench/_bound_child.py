@@ -9,9 +9,10 @@ parts of a few MiB: :func:`gpuscope.trace.split_spool`), and has DuckDB's JSON r
 the events into the nine fields that even the bare time breakdown and the kernel-to-op link
 need (``ph``, ``cat``, ``name``, ``pid``, ``tid``, ``ts``, ``dur``, ``args.correlation``,
 ``args.External id``), on as many threads as gpuscope's ingest uses for that much JSON.
-Nothing is classified, linked, stored or analyzed. The benchmark times this process from spawn to exit: no gpuscope ingest built on
-DuckDB can take less on the same machine, and a two-step ingest + analyze pays at least this
-plus one more interpreter with DuckDB (the floor process). Prints one JSON line with the time
+Nothing is classified, linked, stored or analyzed. The benchmark times this process from
+spawn to exit: no gpuscope ingest built on DuckDB can take less on the same machine, and a
+two-step ingest + analyze pays at least this plus one more interpreter with DuckDB (the floor
+process). Prints one JSON line with the time
 of each phase inside the process.
 """
 

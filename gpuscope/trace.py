@@ -406,6 +406,8 @@ _EV_COLUMNS = tuple(
 #: Read as JSON text, so that only JSON numbers count as times: a string ("200") or a boolean
 #: ``ts``/``dur`` makes the event malformed, as the reference definition has it.
 _NUMERIC_TOP = ("ts", "dur")
+#: The staged events gpuscope uses (the others are only counted): they alone get times.
+_USABLE = "cls IN ('gpu', 'op', 'runtime', 'annotation')"
 
 
 def _sql_str(s: str) -> str:
@@ -494,13 +496,12 @@ def _insert_sql(trace_id: int, base_ns: int, source: str) -> str:
     ops = ", ".join(_sql_str(c) for c in OP_CATEGORIES)
     ann = ", ".join(_sql_str(c) for c in ANNOTATION_CATEGORIES)
     conv = ", ".join(c.format(x=name) + f" AS {name}" for name, _, c in _FIELDS if name not in ("ts_us", "dur_us"))
-    usable = "cls IN ('gpu', 'op', 'runtime', 'annotation')"
     kept = ["coalesce(ext_a, ext_b) AS ext_id" if n == "ext_id" else n for n in _EV_COLUMNS]
     return f"""
 INSERT INTO ev
 SELECT {trace_id} AS trace_id, cls, {', '.join(kept)},
-       CASE WHEN {usable} THEN {_ns('ts_us', base_ns)} END AS ts_ns,
-       CASE WHEN {usable} THEN CAST(round(dur_us * 1000) AS BIGINT) END AS dur_ns,
+       CASE WHEN {_USABLE} THEN {_ns('ts_us', base_ns)} END AS ts_ns,
+       CASE WHEN {_USABLE} THEN CAST(round(dur_us * 1000) AS BIGINT) END AS dur_ns,
        part
 FROM (
   SELECT *,
@@ -887,10 +888,9 @@ _FINISH_LINK_SQL = """
 CREATE TEMP TABLE kernel_stage AS
 SELECT g.trace_id, g.dev_label, g.device_index, g.stream, g.kind,
        CASE WHEN g.kind <> 'kernel' THEN 'memory'
-            -- (every match holds "cl" in some case: the cheap test spares most kernel names,
-            -- ~300 characters long on average, the regular expression)
-            WHEN CASE WHEN contains(g.name, 'cl') OR contains(g.name, 'CL') OR contains(g.name, 'Cl')
-                           OR contains(g.name, 'cL') THEN regexp_matches(g.name, '{comm}', 'i') END THEN 'communication'
+            -- (every match holds "ccl": the cheap test spares most kernel names, ~300
+            -- characters long on average, the regular expression)
+            WHEN CASE WHEN g.name ILIKE '%ccl%' THEN regexp_matches(g.name, '{comm}', 'i') END THEN 'communication'
             ELSE 'compute' END AS category,
        g.name, g.ts_ns, g.dur_ns, g.correlation, coalesce(g.ext_id, r.ext_id) AS external_id,
        CASE WHEN r.name ILIKE '%GraphLaunch%' THEN NULL
@@ -1148,7 +1148,7 @@ def _stage_into(
             spooled.spool.unlink(missing_ok=True)
         if path in optional and len(paths) > 1:
             usable = con.execute(
-                "SELECT count(*) FROM ev WHERE trace_id = ? AND cls IN ('gpu', 'op', 'runtime', 'annotation')",
+                f"SELECT count(*) FROM ev WHERE trace_id = ? AND {_USABLE}",
                 [trace_id],
             ).fetchone()[0]
             if not usable:
@@ -1159,7 +1159,7 @@ def _stage_into(
         if not relative:
             min_ts = con.execute(
                 # (no base: ts_ns is ts in µs times 1000)
-                "SELECT min(ts_ns) FROM ev WHERE trace_id = ? AND cls IN ('gpu', 'op', 'runtime', 'annotation')",
+                f"SELECT min(ts_ns) FROM ev WHERE trace_id = ? AND {_USABLE}",
                 [trace_id],
             ).fetchone()[0]
             relative = min_ts is not None and min_ts < ABSOLUTE_US_THRESHOLD * 1000
