@@ -148,20 +148,32 @@ def cmd_runs(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _refusal_reason(message: str) -> str:
+    """DuckDB's permission error, without its "Permission Error: " prefix."""
+    first = message.splitlines()[0]
+    return first.split("Error: ", 1)[1] if "Error: " in first else first
+
+
 def cmd_sql(args: argparse.Namespace) -> int:
     from ._db import duckdb
 
     from . import store
     from .report import render_rows
 
-    con = store.connect(_db(args), read_only=True)
+    con = store.connect_for_user_query(_db(args))
     try:
         try:
             cur = con.execute(args.query)
             columns = [d[0] for d in cur.description] if cur.description else []
             rows = cur.fetchall() if columns else []
+        except duckdb.PermissionException as exc:
+            raise InputError("query", f"refused: gpuscope sql reads the store and nothing else "
+                                      f"({_refusal_reason(str(exc))})") from None
         except duckdb.Error as exc:
-            raise InputError("query", str(exc).splitlines()[0]) from None
+            message = str(exc).splitlines()[0]
+            if "configuration has been locked" in message or "read-only mode" in message:
+                message = f"refused: gpuscope sql cannot change the store or its settings ({message})"
+            raise InputError("query", message) from None
     finally:
         con.close()
     if args.json:
@@ -220,8 +232,10 @@ def build_parser() -> argparse.ArgumentParser:
     s.set_defaults(func=cmd_runs)
 
     s = sub.add_parser("sql", parents=[common, reporting], help="run a read-only SQL query over the store",
-                       description="Run a SQL query over the store (read-only). Tables: runs, devices, samples, kernels, "
-                                   "ops, annotations, traces. Example: gpuscope sql \"SELECT name, sum(dur_ns)/1e3 AS us "
+                       description="Run a SQL query over the store. The query reads the store and nothing else: it "
+                                   "cannot change it, read or write other files (COPY, read_csv, ATTACH, EXPORT) "
+                                   "or load extensions. Tables: runs, traces, devices, samples, kernels, ops, "
+                                   "annotations, graph_launches, ceilings, sampler_stats, meta (docs/store.md). Example: gpuscope sql \"SELECT name, sum(dur_ns)/1e3 AS us "
                                    "FROM kernels GROUP BY name ORDER BY us DESC LIMIT 5\"")
     s.add_argument("query", metavar="QUERY")
     s.set_defaults(func=cmd_sql)

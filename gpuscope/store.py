@@ -402,6 +402,22 @@ def retry_while_locked(path: Path | str, retry_s: float, open_store: Callable[[]
             raise StoreError(f"{path}: cannot open the store: {msg.splitlines()[0]}") from None
 
 
+def connect_for_user_query(path: Path | str) -> duckdb.DuckDBPyConnection:
+    """The store opened read-only for a query a user typed (``gpuscope sql``): DuckDB's
+    access to any other file (``COPY ... TO``, ``read_csv``, ``ATTACH``, ``EXPORT``,
+    extensions) is turned off and the configuration locked, so that on a shared server the
+    query interface cannot become a way to read or write other files. The store itself stays
+    readable because it is attached before access is turned off."""
+    con = connect(path, read_only=True)
+    try:
+        con.execute("SET enable_external_access = false")
+        con.execute("SET lock_configuration = true")
+    except Exception:
+        con.close()
+        raise
+    return con
+
+
 def connect(path: Path | str, read_only: bool = False, retry_s: float = 2.0) -> duckdb.DuckDBPyConnection:
     """Open the store at ``path`` and migrate it. ``read_only`` opens never create a file.
 
