@@ -63,6 +63,8 @@ METRICS: tuple[Metric, ...] = (
     Metric("proc_cpu_cores", "DOUBLE", "CPU seconds per second used by the watched process tree (1.0 = one core busy)", "gpuscope.process.cpu.cores", "{cpu}", scope="host"),
     Metric("proc_rss_bytes", "BIGINT", "Resident memory of the watched process tree, summed over its processes", "process.memory.usage", "By", scope="host"),
     Metric("proc_count", "INTEGER", "Processes in the watched process tree", "gpuscope.process.count", "{process}", scope="host"),
+    # Schema version 4.
+    Metric("mem_reserved_bytes", "BIGINT", "Device memory the driver reserves for itself (NVML v2 memory query; not part of mem_used_bytes)", "gpuscope.gpu.memory.reserved", "By"),
 )
 
 METRIC_NAMES: tuple[str, ...] = tuple(m.name for m in METRICS)

@@ -7,6 +7,8 @@ import shutil
 from collections.abc import Sequence
 from typing import Any
 
+from .redact import redact_command
+
 #: The ingest note on malformed events, which both reports already show as a line of their own.
 _MALFORMED_NOTE = re.compile(r"skipped \d+ malformed events")
 
@@ -250,7 +252,7 @@ def render_runs(runs: list[dict[str, Any]]) -> str:
         rows.append((r["id"], shorten(r["name"], 28), r["status"], r["source"], fmt_ns_time(r["started_ns"]),
                      fmt_us(dur), r["samples"], r["kernels"], r["ops"],
                      "-" if r["exit_code"] is None else r["exit_code"],
-                     shorten(r["command"], max(20, w - 120))))
+                     shorten(redact_command(r["command"]), max(20, w - 120))))
     return table(["id", "name", "status", "source", "started", "duration", "samples", "kernels", "ops", "exit",
                   "command"], rows, "rllllrrrrrl")
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -27,6 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .redact import redact_command
 from .errors import GpuscopeError, InputError
 
 BOOTSTRAP_DIR = Path(__file__).resolve().parent / "_bootstrap"
@@ -101,6 +103,31 @@ def child_env(run_dir: Path, run_id: int, profile: ProfileConfig, base: dict[str
     return env
 
 
+def default_run_name(command: list[str]) -> str:
+    """A run's name from its command: the script of ``python script.py``, the module of
+    ``python -m module``, else the program's name. Never an argument's value (it could be a
+    secret, and it names the run directory), never a character a path would trip on."""
+    prog = Path(command[0]).name
+    name = prog
+    if prog in ("python", "python3") or re.fullmatch(r"python\d(\.\d+)?", prog):
+        rest = command[1:]
+        for i, arg in enumerate(rest):
+            if arg == "-m" and i + 1 < len(rest):
+                name = rest[i + 1]
+                break
+            if arg.startswith("-m") and len(arg) > 2:
+                name = arg[2:]
+                break
+            if arg == "-c" or arg.startswith("-c"):
+                break  # inline code: the program's name says more than the code would
+            if not arg.startswith("-"):
+                if arg.endswith(".py") or Path(arg).is_file():
+                    name = Path(arg).stem
+                break
+    name = re.sub(r"[^A-Za-z0-9._-]+", "_", name).strip("._") or "run"
+    return name[:64]
+
+
 def _runs_root(db: Path) -> Path:
     return db.parent / "gpuscope-runs"
 
@@ -116,14 +143,10 @@ def execute(opts: RunOptions, progress: Any = None) -> RunOutcome:
     _check_command(opts.command)
     if not (0 < opts.hz <= 100):
         raise InputError("--hz", f"{opts.hz:g} is outside 0 < hz <= 100")
-    name = opts.name or Path(opts.command[0]).name
-    if name in ("python", "python3") or name.startswith("python3."):
-        script = next((a for a in opts.command[1:] if not a.startswith("-")), None)
-        if script:
-            name = Path(script).stem
+    name = opts.name or default_run_name(opts.command)
     tree = ProcessTree([])
     live = MemorySink(maxlen=4)
-    sink = StoreSink(opts.db, name=name, command=" ".join(opts.command), source="run", final_status=None)
+    sink = StoreSink(opts.db, name=name, command=redact_command(opts.command), source="run", final_status=None)
     if opts.replay is not None:
         from .collectors import HostCollector, ReplayCollector
 

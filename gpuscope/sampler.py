@@ -40,6 +40,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .redact import redact_command
 from .collectors.base import Collector, CollectorUnavailable, Degradation, DeviceInfo, Sample, VendorStatus
 from .errors import GpuscopeError, StoreError
 from .metrics import METRICS
@@ -531,7 +532,8 @@ class StoreSink(Sink):
         self.db = Path(db)
         self.run_id = run_id
         self.name = name
-        self.command = command
+        # The store sink is where a run's command is written: redacted here too, whatever the caller did.
+        self.command = redact_command(command)
         self.source = source
         self.final_status = final_status
         self.flush_s = flush_s

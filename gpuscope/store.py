@@ -22,11 +22,12 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from .errors import InputError, StoreError
 from .metrics import METRICS
+from .redact import redact_command
 
 if TYPE_CHECKING:  # pragma: no cover
     import duckdb
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 #: Block size of new store files. DuckDB's default (256 KiB) makes even an empty store 0.8 MB;
 #: 64 KiB blocks keep small runs small at no measurable cost in speed.
 STORE_BLOCK_SIZE = 65536
@@ -252,7 +253,17 @@ def _migration_2_to_3(con: duckdb.DuckDBPyConnection) -> None:
     )
 
 
-MIGRATIONS = (_migration_0_to_1, _migration_1_to_2, _migration_2_to_3)
+def _migration_3_to_4(con: duckdb.DuckDBPyConnection) -> None:
+    # NVML's v2 memory query separates what the driver reserves from what is used.
+    con.execute("ALTER TABLE samples ADD COLUMN IF NOT EXISTS mem_reserved_bytes BIGINT")
+    # Commands stored before secrets were redacted (`--api-key K`) are redacted in place.
+    for run_id, command in con.execute("SELECT id, command FROM runs WHERE command IS NOT NULL").fetchall():
+        redacted = redact_command(command)
+        if redacted != command:
+            con.execute("UPDATE runs SET command = ? WHERE id = ?", [redacted, run_id])
+
+
+MIGRATIONS = (_migration_0_to_1, _migration_1_to_2, _migration_2_to_3, _migration_3_to_4)
 assert len(MIGRATIONS) == SCHEMA_VERSION
 
 
@@ -564,6 +575,8 @@ def list_runs(con: duckdb.DuckDBPyConnection) -> list[dict[str, Any]]:
     cols = ["id", "name", "status", "source", "started_ns", "ended_ns", "command", "exit_code",
             "created_ns", "samples", "kernels", "ops", "devices"]
     out = [dict(zip(cols, r)) for r in rows]
+    for r in out:
+        r["command"] = redact_command(r["command"])
     if any(r["status"] == "recording" for r in out):
         stale = set(stale_runs(con))
         for r in out:

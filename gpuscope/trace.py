@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from .redact import redact_command
 from .errors import GpuscopeError, InputError
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -1456,7 +1457,7 @@ def ingest(
                         "INSERT INTO runs (id, name, status, source, started_ns, ended_ns, created_ns, command, exit_code, host, info) "
                         "VALUES (?, ?, 'complete', 'ingest', ?, ?, ?, ?, NULL, ?, ?)",
                         [run_id, run_name, span[0], span[1], store.now_ns(),
-                         "gpuscope ingest " + " ".join(str(f) for f in files), store.hostname(), json.dumps(info_doc)],
+                         redact_command(["gpuscope", "ingest", *(str(f) for f in files)]), store.hostname(), json.dumps(info_doc)],
                     )
                 else:
                     row = con.execute("SELECT name, info FROM runs WHERE id = ?", [into_run]).fetchone()
