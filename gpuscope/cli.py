@@ -17,7 +17,7 @@ from typing import Any
 
 from . import __version__
 from .errors import GpuscopeError, InputError, StoreError
-from .paths import default_db_path
+from .paths import default_db_path, private_umask
 
 EXIT_OK = 0
 EXIT_FAILURE = 1
@@ -262,6 +262,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not getattr(args, "func", None):
         parser.print_help()
         return EXIT_USAGE
+    # Everything gpuscope creates (the store and its WAL, run directories, recordings, exports,
+    # spool files) is owner-only whatever the user's umask: on a shared GPU server a run's
+    # commands, kernels and telemetry are nobody else's business. `gpuscope run` hands the
+    # user's own umask back to the command it runs (paths.user_umask()).
+    previous_umask = private_umask()
+    try:
+        return _dispatch(args)
+    finally:
+        os.umask(previous_umask)
+
+
+def _dispatch(args: argparse.Namespace) -> int:
     try:
         return int(args.func(args) or 0)
     except InputError as exc:

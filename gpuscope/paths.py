@@ -28,3 +28,27 @@ def default_db_path() -> Path:
     if env:
         return Path(env).expanduser()
     return user_data_dir() / DB_FILENAME
+
+
+#: The mode bits gpuscope's own files and directories never grant beyond the owner.
+PRIVATE_UMASK = 0o077
+_user_umask: int | None = None
+
+
+def private_umask() -> int:
+    """Make files this process creates from now on owner-only (0600 files, 0700 directories)
+    and return the umask that was in force, which :func:`user_umask` also remembers."""
+    global _user_umask
+    previous = os.umask(PRIVATE_UMASK)
+    if _user_umask is None or previous != PRIVATE_UMASK:
+        _user_umask = previous
+    return previous
+
+
+def user_umask() -> int:
+    """The user's own umask (before :func:`private_umask`), for processes gpuscope starts."""
+    if _user_umask is not None:
+        return _user_umask
+    current = os.umask(0)
+    os.umask(current)
+    return current

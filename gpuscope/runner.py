@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .paths import user_umask
 from .redact import redact_command
 from .errors import GpuscopeError, InputError
 
@@ -90,11 +91,25 @@ def _check_command(cmd: list[str]) -> None:
         raise InputError(exe, "command not found on PATH")
 
 
-def child_env(run_dir: Path, run_id: int, profile: ProfileConfig, base: dict[str, str] | None = None) -> dict[str, str]:
+def private_bootstrap(run_dir: Path) -> Path:
+    """A copy of the bootstrap in the run's own directory (0700, like the run directory): what
+    the child imports first cannot be swapped by another user, even where gpuscope is installed
+    in a directory others can write."""
+    boot = run_dir / "bootstrap"
+    boot.mkdir(mode=0o700, exist_ok=True)
+    os.chmod(boot, 0o700)
+    for src in BOOTSTRAP_DIR.glob("*.py"):
+        if src.name != "__init__.py":
+            shutil.copyfile(src, boot / src.name)
+    return boot
+
+
+def child_env(run_dir: Path, run_id: int, profile: ProfileConfig, base: dict[str, str] | None = None,
+              bootstrap_dir: Path = BOOTSTRAP_DIR) -> dict[str, str]:
     """The child's environment: the bootstrap first on PYTHONPATH, the run directory, the
     profiler configuration, and vLLM's profiler directory unless already set."""
     env = dict(os.environ if base is None else base)
-    parts = [str(BOOTSTRAP_DIR)] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
+    parts = [str(bootstrap_dir)] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
     env["PYTHONPATH"] = os.pathsep.join(parts)
     env["GPUSCOPE_RUN_DIR"] = str(run_dir)
     env["GPUSCOPE_RUN_ID"] = str(run_id)
@@ -161,14 +176,19 @@ def execute(opts: RunOptions, progress: Any = None) -> RunOutcome:
     sampler.start()
     run_id = int(sink.run_id)  # type: ignore[arg-type]
     run_dir = _runs_root(opts.db) / f"{run_id}-{name}"
-    (run_dir / "traces").mkdir(parents=True, exist_ok=True)
+    for folder in (run_dir.parent, run_dir, run_dir / "traces"):
+        folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+    os.chmod(run_dir, 0o700)
+    boot = private_bootstrap(run_dir)
     started_ns = time.time_ns()
     _update_info(opts.db, run_id, {"owner": {"pid": os.getpid(), "host": store.hostname()},
                                    "run_dir": str(run_dir), "profile": json.loads(opts.profile.to_env())})
-    env = child_env(run_dir, run_id, opts.profile)
+    env = child_env(run_dir, run_id, opts.profile, bootstrap_dir=boot)
     try:
-        child = subprocess.Popen(opts.command, env=env, process_group=0) if sys.version_info >= (3, 11) \
-            else subprocess.Popen(opts.command, env=env, preexec_fn=os.setpgrp)  # noqa: PLW1509
+        # The child keeps the user's umask: gpuscope's own files are owner-only, the program's are its business.
+        child = subprocess.Popen(opts.command, env=env, process_group=0, umask=user_umask()) \
+            if sys.version_info >= (3, 11) \
+            else subprocess.Popen(opts.command, env=env, preexec_fn=os.setpgrp, umask=user_umask())  # noqa: PLW1509
     except OSError as exc:
         sampler.stop()
         _finish(opts.db, run_id, "failed", None, time.time_ns())

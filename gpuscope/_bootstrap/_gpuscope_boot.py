@@ -46,7 +46,7 @@ def _append_fd(key: tuple[int, str, str], path: str) -> int:
         except OSError:
             pass
     with _lock:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | getattr(os, "O_CLOEXEC", 0), 0o644)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | getattr(os, "O_CLOEXEC", 0), 0o600)
         st = os.fstat(fd)
         _append_fds[key] = (fd, st.st_dev, st.st_ino)
     return fd
