@@ -66,7 +66,8 @@ def cmd_ingest(args: argparse.Namespace) -> int:
     from .report import render_ingest
 
     progress = trace.stderr_progress(sys.stderr.isatty() and not args.quiet)
-    result = trace.ingest(_db(args), args.paths, name=args.name, progress=progress, all_ops=args.all_ops)
+    result = trace.ingest(_db(args), args.paths, name=args.name, progress=progress, all_ops=args.all_ops,
+                          max_inflate_ratio=args.max_inflate_ratio or trace.MAX_INFLATE_RATIO)
     doc = result.to_json()
     if args.json:
         print_json(doc)
@@ -79,14 +80,33 @@ def _looks_like_path(ref: str) -> bool:
     return os.sep in ref or ref.lower().endswith((".json", ".gz")) or Path(ref).is_dir()
 
 
-def run_ref_or_ingest(db: Path, ref: str | None, name: str | None = None, announce: bool = False) -> str | None:
+def run_ref_or_ingest(db: Path, ref: str | None, name: str | None = None, announce: bool = False,
+                      max_inflate_ratio: float | None = None) -> str | None:
     """A ``RUN`` argument as a run reference: a trace file or directory is ingested first and
     its new run id returned; a path-like argument that does not exist is an InputError."""
-    return open_run_ref(db, ref, name, announce, keep_open=False)[0]
+    return open_run_ref(db, ref, name, announce, keep_open=False, max_inflate_ratio=max_inflate_ratio)[0]
+
+
+def add_inflate_argument(parser: argparse.ArgumentParser) -> None:
+    """``--max-inflate-ratio``, for every command that ingests trace files."""
+    parser.add_argument("--max-inflate-ratio", type=_positive_float, default=None, metavar="N",
+                        help="refuse a .gz trace that inflates more than N times its compressed size once past "
+                             "256 MiB (default 200; real traces inflate about 20x: a gzip bomb ~1000x)")
+
+
+def _positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not value > 0 or value != value or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"{text!r} must be a positive number")
+    return value
 
 
 def open_run_ref(
-    db: Path, ref: str | None, name: str | None = None, announce: bool = False, keep_open: bool = True
+    db: Path, ref: str | None, name: str | None = None, announce: bool = False, keep_open: bool = True,
+    max_inflate_ratio: float | None = None,
 ) -> tuple[str | None, Any]:
     """:func:`run_ref_or_ingest`, and with ``keep_open`` the connection that wrote an ingested
     run (None when nothing was ingested): reading the run on it spares opening the store again."""
@@ -94,7 +114,7 @@ def open_run_ref(
         from . import trace
 
         result = trace.ingest(db, [ref], name=name, progress=trace.stderr_progress(sys.stderr.isatty()),
-                              keep_open=keep_open)
+                              keep_open=keep_open, max_inflate_ratio=max_inflate_ratio or trace.MAX_INFLATE_RATIO)
         if announce:
             print(f"ingested {ref} as run {result.run_id} '{result.name}'", file=sys.stderr, flush=True)
         return str(result.run_id), result.connection
@@ -110,7 +130,8 @@ def cmd_analyze(args: argparse.Namespace) -> int:
     from .analyzers.breakdown import analyze_run
 
     db = _db(args)
-    ref, con = open_run_ref(db, args.run, name=args.name, announce=not args.json)
+    ref, con = open_run_ref(db, args.run, name=args.name, announce=not args.json,
+                            max_inflate_ratio=args.max_inflate_ratio)
     if con is None:
         con = store.connect(db, read_only=True)
     try:
@@ -213,6 +234,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--all-ops", action="store_true",
                    help="keep every CPU op (default: on traces with GPU activity, only ops that launched GPU work and their ancestors)")
     s.add_argument("-q", "--quiet", action="store_true", help="no progress lines on stderr")
+    add_inflate_argument(s)
     s.set_defaults(func=cmd_ingest)
 
     s = sub.add_parser("analyze", parents=[common, reporting], help="time breakdown and attribution of a run (default: the latest)",
@@ -225,6 +247,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="judge against the spec-sheet peaks (default) or the newest `gpuscope calibrate` of the same GPU")
     s.add_argument("--gpu", metavar="KEY", help="the GPU to judge against (spec key or name), overriding identification")
     s.add_argument("--specs", metavar="FILE", help="extra/overriding GPU spec entries (default: $GPUSCOPE_SPECS)")
+    add_inflate_argument(s)
     s.set_defaults(func=cmd_analyze)
 
     s = sub.add_parser("runs", parents=[common, reporting], help="list runs, newest first")

@@ -23,6 +23,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--gpu-a", metavar="KEY", help="override the GPU of RUN_A (spec key or name)")
     parser.add_argument("--gpu-b", metavar="KEY", help="override the GPU of RUN_B (spec key or name)")
     parser.add_argument("--specs", metavar="FILE", help="extra/overriding GPU spec entries")
+    from .cli import add_inflate_argument
+
+    add_inflate_argument(parser)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -34,8 +37,8 @@ def run(args: argparse.Namespace) -> int:
     from .report import render_compare
 
     db = _db(args)
-    ref_a = run_ref_or_ingest(db, args.run_a, announce=not args.json)
-    ref_b = run_ref_or_ingest(db, args.run_b, announce=not args.json)
+    ref_a = run_ref_or_ingest(db, args.run_a, announce=not args.json, max_inflate_ratio=args.max_inflate_ratio)
+    ref_b = run_ref_or_ingest(db, args.run_b, announce=not args.json, max_inflate_ratio=args.max_inflate_ratio)
     con = store.connect(db, read_only=True)
     try:
         ra = store.resolve_run(con, ref_a, db)

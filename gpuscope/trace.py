@@ -80,11 +80,27 @@ class SpooledTrace:
     json_bytes: int
 
 
-class _Input:
-    """A file read in chunks, transparently gunzipped, with errors named after the file."""
+class InflateLimitError(InputError):
+    """A ``.gz`` input inflates past :data:`MAX_INFLATE_RATIO`: refused, never skipped."""
 
-    def __init__(self, path: Path) -> None:
+
+#: Gzip-bomb guard: a ``.gz`` trace is refused once what it has inflated to passes both
+#: :data:`INFLATE_MIN_BYTES` and :data:`MAX_INFLATE_RATIO` times the compressed bytes read so far.
+#: Real Kineto traces inflate 7-21x (every trace in bench/README.md's table); whitespace or
+#: zeros inflate ~1000x. 200x leaves real traces ten times the room they need, and the absolute
+#: floor keeps small, highly repetitive files (which cost nothing) out of the rule.
+MAX_INFLATE_RATIO = 200.0
+INFLATE_MIN_BYTES = 256 << 20
+
+
+class _Input:
+    """A file read in chunks, transparently gunzipped, with errors named after the file, and
+    refused as soon as it inflates like a gzip bomb (:data:`MAX_INFLATE_RATIO`)."""
+
+    def __init__(self, path: Path, max_inflate_ratio: float = MAX_INFLATE_RATIO) -> None:
         self.path = path
+        self.max_inflate_ratio = max_inflate_ratio
+        self.inflated_bytes = 0
         try:
             raw = open(path, "rb")
         except IsADirectoryError:
@@ -109,6 +125,17 @@ class _Input:
             raise InputError(str(self.path), f"read error ({exc})") from None
         if not data:
             self.eof = True
+        elif self.gzipped:
+            self.inflated_bytes += len(data)
+            if self.inflated_bytes > INFLATE_MIN_BYTES:
+                compressed = max(self._raw.tell(), 1)
+                if self.inflated_bytes > self.max_inflate_ratio * compressed:
+                    raise InflateLimitError(
+                        str(self.path),
+                        f"refused: its first {compressed / 1e6:.1f} MB of gzip inflate to "
+                        f"{self.inflated_bytes / 1e6:.0f} MB, more than {self.max_inflate_ratio:g}x "
+                        f"(the limit; real traces inflate about 20x): a gzip bomb? "
+                        f"Raise the limit with --max-inflate-ratio N")
         return data
 
     def close(self) -> None:
@@ -291,12 +318,13 @@ class SpoolStopped(Exception):
     """:func:`spool_events` was asked to stop before it finished."""
 
 
-def spool_events(path: Path, spool_dir: Path, stop: threading.Event | None = None) -> SpooledTrace:
+def spool_events(path: Path, spool_dir: Path, stop: threading.Event | None = None,
+                 max_inflate_ratio: float = MAX_INFLATE_RATIO) -> SpooledTrace:
     """Stream ``path`` once and write the JSON text of its events array to a file in
     ``spool_dir``. Memory stays within a few MiB whatever the size of the trace. Setting
     ``stop`` (from another thread) ends it at the next MiB with :class:`SpoolStopped`."""
     source = str(path)
-    inp = _Input(path)
+    inp = _Input(path, max_inflate_ratio)
     try:
         head = bytearray()
         while True:
@@ -1006,7 +1034,8 @@ STAGING_MEMORY_LIMIT = "100MB"
 
 
 def stage_traces(
-    paths: Sequence[Path], progress: Progress = _quiet, optional: Collection[Path] = ()
+    paths: Sequence[Path], progress: Progress = _quiet, optional: Collection[Path] = (),
+    max_inflate_ratio: float = MAX_INFLATE_RATIO,
 ) -> tuple[duckdb.DuckDBPyConnection, list[TraceInfo], dict[str, Any]]:
     """Spool, parse and link ``paths`` into staging tables of an in-memory DuckDB.
 
@@ -1018,13 +1047,13 @@ def stage_traces(
     from ._db import duckdb
 
     try:
-        staged = _stage_traces(paths, progress, optional, STAGING_MEMORY_LIMIT)
+        staged = _stage_traces(paths, progress, optional, STAGING_MEMORY_LIMIT, max_inflate_ratio)
         staged[0].execute("RESET memory_limit")  # the write to the store is not bounded
         return staged
     except duckdb.OutOfMemoryException:
         progress(f"staging needs more than {STAGING_MEMORY_LIMIT} of memory: staging again without a limit")
     try:
-        return _stage_traces(paths, progress, optional, None)
+        return _stage_traces(paths, progress, optional, None, max_inflate_ratio)
     except duckdb.OutOfMemoryException as exc:
         what = ", ".join(str(p) for p in paths)
         raise GpuscopeError(f"{what}: {str(exc).splitlines()[0]}") from None
@@ -1041,9 +1070,10 @@ class SpoolAhead:
     one is parsed.
     """
 
-    def __init__(self, paths: Sequence[Path]) -> None:
+    def __init__(self, paths: Sequence[Path], max_inflate_ratio: float = MAX_INFLATE_RATIO) -> None:
         self.dir = Path(tempfile.mkdtemp(prefix="gpuscope-ingest-"))
         self._paths = list(paths)
+        self._max_inflate_ratio = max_inflate_ratio
         self._stop = threading.Event()
         self._pending: tuple[int, threading.Thread, dict[str, Any]] | None = None
         self._start(0)
@@ -1056,7 +1086,7 @@ class SpoolAhead:
 
         def work() -> None:
             try:
-                box["spooled"] = spool_events(self._paths[index], self.dir, self._stop)
+                box["spooled"] = spool_events(self._paths[index], self.dir, self._stop, self._max_inflate_ratio)
             except BaseException as exc:  # handed to the caller by take()
                 box["error"] = exc
 
@@ -1086,9 +1116,10 @@ class SpoolAhead:
 
 
 def _stage_traces(
-    paths: Sequence[Path], progress: Progress, optional: Collection[Path], memory_limit: str | None
+    paths: Sequence[Path], progress: Progress, optional: Collection[Path], memory_limit: str | None,
+    max_inflate_ratio: float = MAX_INFLATE_RATIO,
 ) -> tuple[duckdb.DuckDBPyConnection, list[TraceInfo], dict[str, Any]]:
-    ahead = SpoolAhead(paths)
+    ahead = SpoolAhead(paths, max_inflate_ratio)
     try:
         con = _staging_connection()
         try:
@@ -1125,7 +1156,7 @@ def _stage_into(
         try:
             spooled = ahead.take(index)
         except InputError as exc:
-            if path in optional and len(paths) > 1:
+            if path in optional and len(paths) > 1 and not isinstance(exc, InflateLimitError):
                 not_traces.append(f"{path.name} ({exc.message})")
                 continue
             raise
@@ -1366,6 +1397,7 @@ def ingest(
     all_ops: bool = False,
     into_run: int | None = None,
     keep_open: bool = False,
+    max_inflate_ratio: float = MAX_INFLATE_RATIO,
 ) -> IngestResult:
     """Load Kineto traces (files, ``.gz``, directories) as one run of the store at ``db_path``.
 
@@ -1387,7 +1419,8 @@ def ingest(
     store.check_store_path(db_path)  # before the parse: a bad --db should not cost a long ingest
     files = expand_paths(paths)
     explicit = {Path(p) for p in paths}
-    con, infos, counts = stage_traces(files, progress, optional=[f for f in files if f not in explicit])
+    con, infos, counts = stage_traces(files, progress, optional=[f for f in files if f not in explicit],
+                                      max_inflate_ratio=max_inflate_ratio)
     handed_over: duckdb.DuckDBPyConnection | None = None
     try:
         total_events = sum(i.events for i in infos)

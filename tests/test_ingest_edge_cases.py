@@ -306,9 +306,9 @@ def _record_staging_limits(monkeypatch: pytest.MonkeyPatch) -> list[str | None]:
     limits: list[str | None] = []
     real = trace._stage_traces
 
-    def recording(paths, progress, optional, memory_limit):  # type: ignore[no-untyped-def]
+    def recording(paths, progress, optional, memory_limit, *rest):  # type: ignore[no-untyped-def]
         limits.append(memory_limit)
-        return real(paths, progress, optional, memory_limit)
+        return real(paths, progress, optional, memory_limit, *rest)
 
     monkeypatch.setattr(trace, "_stage_traces", recording)
     return limits
