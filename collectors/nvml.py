@@ -374,7 +374,16 @@ class NvmlCollector(Collector):
 
         if True:
             add(("gpu_util", "mem_util"), lambda h: _util(mod, h))
-            add(("mem_used_bytes", "mem_total_bytes"), lambda h: _mem(mod, h))
+            # nvidia-smi's "used" is the v2 query's: v1 counts what the driver reserves as
+            # used (an idle H100: 453 MiB against nvidia-smi's 1 MiB). v1 only on drivers without v2.
+            query, why_v1 = _memory_query(mod, h)
+            info.properties["memory_query"] = query
+            if query == "v2":
+                add(("mem_used_bytes", "mem_total_bytes", "mem_reserved_bytes"), lambda h: _mem_v2(mod, h))
+            else:
+                info.properties["memory_query_note"] = why_v1
+                add(("mem_used_bytes", "mem_total_bytes"), lambda h: _mem(mod, h))
+                unsupported.setdefault("mem_reserved_bytes", why_v1)
             add(("temp_c",), lambda h: {"temp_c": float(mod.nvmlDeviceGetTemperature(h, 0))})
             add(("sm_clock_mhz",), lambda h: {"sm_clock_mhz": float(mod.nvmlDeviceGetClockInfo(h, 1))})
             add(("mem_clock_mhz",), lambda h: {"mem_clock_mhz": float(mod.nvmlDeviceGetClockInfo(h, 2))})
@@ -773,6 +782,31 @@ def _util(mod: Any, h: Any) -> dict[str, float | None]:
 def _mem(mod: Any, h: Any) -> dict[str, int]:
     m = mod.nvmlDeviceGetMemoryInfo(h)
     return {"mem_used_bytes": int(m.used), "mem_total_bytes": int(m.total)}
+
+
+def _mem_v2(mod: Any, h: Any) -> dict[str, int]:
+    m = mod.nvmlDeviceGetMemoryInfo(h, version=mod.nvmlMemory_v2)
+    return {"mem_used_bytes": int(m.used), "mem_total_bytes": int(m.total), "mem_reserved_bytes": int(m.reserved)}
+
+
+#: Errors of the v2 memory query that mean "this driver has no v2": NVML_ERROR_FUNCTION_NOT_FOUND
+#: (no nvmlDeviceGetMemoryInfo_v2 symbol, drivers before R510), ARGUMENT_VERSION_MISMATCH (25),
+#: NOT_SUPPORTED.
+_NO_V2_CODES = frozenset({_FUNCTION_NOT_FOUND, 25, _NOT_SUPPORTED})
+
+
+def _memory_query(mod: Any, h: Any) -> tuple[str, str | None]:
+    """``("v2", None)`` when the v2 memory query answers, else ``("v1", why)``."""
+    if getattr(mod, "nvmlMemory_v2", None) is None:
+        return "v1", "this nvidia-ml-py has no v2 memory query: used memory includes what the driver reserves"
+    try:
+        mod.nvmlDeviceGetMemoryInfo(h, version=mod.nvmlMemory_v2)
+    except Exception as exc:
+        if _code(exc) in _NO_V2_CODES or _code(exc) is None:
+            return "v1", (f"the driver has no v2 memory query ({nvml_error_reason(exc)}): "
+                          "used memory includes what the driver reserves")
+        return "v2", None  # a passing error: the read itself reports it
+    return "v2", None
 
 
 def _throttle_fn(mod: Any) -> Callable[[Any], int]:

@@ -76,13 +76,16 @@ def render(doc: dict[str, Any], all_reasons: bool = False) -> str:
             if d.get(k):
                 facts.append(f"{k} {d[k]}")
         props = d.get("properties") or {}
-        for k in ("architecture", "driver_version", "mig_mode", "compute_partition", "memory_partition", "backend"):
+        for k in ("architecture", "driver_version", "mig_mode", "compute_partition", "memory_partition", "backend",
+                  "memory_query"):
             if props.get(k):
                 facts.append(f"{k} {props[k]}")
         if d["lost"]:
             facts.append("LOST")
         if facts:
             lines.append("  " + ", ".join(facts))
+        for note in props.get("notes") or ():
+            lines.append(f"  note: {note}")
         lines.append(f"  supported ({len(d['supported'])}): " + (", ".join(d["supported"]) or "none"))
         if d["unsupported"]:
             if all_reasons:

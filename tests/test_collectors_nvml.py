@@ -261,3 +261,36 @@ def test_a_foreign_pynvml_module_is_named(monkeypatch) -> None:
     monkeypatch.setitem(sys.modules, "pynvml", types.ModuleType("pynvml"))
     with pytest.raises(CollectorUnavailable, match="not nvidia-ml-py"):
         import_pynvml()
+
+
+# -- memory: the v2 query, as nvidia-smi shows it -----------------------------------------------
+
+MIB = 1 << 20
+
+
+def test_memory_used_equals_nvidia_smi_on_a_real_h100_dump() -> None:
+    """`nvidia-smi -q` of an idle 8x H100 node: Total 81559 MiB, Reserved 454 MiB, Used 1 MiB,
+    Free 81106 MiB. The v1 query would say 453 MiB used (total - free)."""
+    fake, c, devs = _open("nvml_h100x8_nvsmi_dump.json")
+    v = _rows(c)["gpu0"].values
+    assert v["mem_used_bytes"] == 1 * MIB
+    assert v["mem_reserved_bytes"] == 454 * MIB
+    assert v["mem_total_bytes"] == 81559 * MIB
+    # nvidia-smi rounds each figure to a whole MiB, so its four do not add up (81559 != 454 + 1 + 81106)
+    assert abs(v["mem_total_bytes"] - v["mem_used_bytes"] - v["mem_reserved_bytes"] - 81106 * MIB) <= 2 * MIB
+    assert devs["gpu0"].properties["memory_query"] == "v2"
+    assert "mem_reserved_bytes" in devs["gpu0"].supported
+    # the v1 answer counts the reserved memory as used: what gpuscope used to store (the real
+    # driver's total - free was 453 MiB; the fake's whole-MiB figures give 455)
+    v1 = fake.nvmlDeviceGetMemoryInfo(fake.nvmlDeviceGetHandleByIndex(0))
+    assert v1.used == v["mem_used_bytes"] + v["mem_reserved_bytes"]
+
+
+def test_driver_without_v2_falls_back_to_v1_and_says_so() -> None:
+    fake, c, devs = _open("nvml_old_driver.json")
+    dev = devs["gpu0"]
+    v = _rows(c)["gpu0"].values
+    assert dev.properties["memory_query"] == "v1"
+    assert "Function Not Found" in dev.properties["memory_query_note"] or "not found" in dev.properties["memory_query_note"].lower()
+    assert v["mem_used_bytes"] == 524_288_000 and v.get("mem_reserved_bytes") is None
+    assert "mem_reserved_bytes" in dev.unsupported and "reserve" in dev.unsupported["mem_reserved_bytes"]

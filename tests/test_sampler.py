@@ -277,16 +277,18 @@ def test_migration_from_schema_2_adds_the_new_columns(tmp_path: Path, monkeypatc
     from gpuscope import metrics
 
     path = tmp_path / "v2.duckdb"
-    old = tuple(m for m in metrics.METRICS if m.name not in dict(store._SAMPLE_COLUMNS_V3))
+    old = tuple(m for m in metrics.METRICS if m.name not in dict(store._SAMPLE_COLUMNS_V3)
+                and m.name != "mem_reserved_bytes")
     monkeypatch.setattr(store, "METRICS", old)
     monkeypatch.setattr(store, "SCHEMA_VERSION", 2)
     store.connect(path).close()
     monkeypatch.undo()
     con = store.connect(path)
     try:
-        assert store.schema_version(con) == 3
+        assert store.schema_version(con) == store.SCHEMA_VERSION
         cols = [r[0] for r in con.execute("DESCRIBE samples").fetchall()]
-        assert cols[-len(store._SAMPLE_COLUMNS_V3):] == [n for n, _ in store._SAMPLE_COLUMNS_V3]
+        # step 2->3 adds its columns, then step 3->4 mem_reserved_bytes
+        assert cols[-len(store._SAMPLE_COLUMNS_V3) - 1:] == [n for n, _ in store._SAMPLE_COLUMNS_V3] + ["mem_reserved_bytes"]
         assert con.execute("SELECT count(*) FROM sampler_stats").fetchone()[0] == 0
     finally:
         con.close()

@@ -155,6 +155,7 @@ class FakeNvml:
     NVML_GPM_METRICS_GET_VERSION = 1
     NVML_VALUE_TYPE_DOUBLE = 0
     NVML_VALUE_TYPE_UNSIGNED_INT = 1
+    nvmlMemory_v2 = 0x02000028  # sizeof(nvmlMemory_v2_t) | 2 << 24, as nvidia-ml-py defines it
     NVML_VALUE_TYPE_UNSIGNED_LONG_LONG = 3
     NVMLError = NVMLError
     c_nvmlGpmMetricsGet_t = c_nvmlGpmMetricsGet_t
@@ -274,8 +275,17 @@ class FakeNvml:
         return _Obj(gpu=gpu, memory=mem)
 
     def nvmlDeviceGetMemoryInfo(self, h: _Handle, version: Any = None) -> _Obj:
+        """As the driver answers: the table's ``memory`` holds what nvidia-smi shows (``used``
+        without ``reserved``). v1 counts the reserved memory as used (used = total - free);
+        v2 reports it apart. ``"v2": "FUNCTION_NOT_FOUND"`` in ``memory`` makes a driver without
+        the v2 symbol (pynvml then raises NVMLError_FunctionNotFound)."""
         m = self._get(h, "memory", "nvmlDeviceGetMemoryInfo")
-        return _Obj(total=m["total"], used=m["used"], free=m["total"] - m["used"])
+        reserved = m.get("reserved", 0)
+        free = m["total"] - m["used"] - reserved
+        if version:
+            _raise_if_error(m.get("v2"))
+            return _Obj(version=version, total=m["total"], reserved=reserved, used=m["used"], free=free)
+        return _Obj(total=m["total"], used=m["total"] - free, free=free)
 
     def nvmlDeviceGetTemperature(self, h: _Handle, sensor: int) -> int:
         return self._get(h, "temp", "nvmlDeviceGetTemperature")
