@@ -39,6 +39,7 @@ from dataclasses import dataclass, field
 from types import ModuleType
 from typing import Any
 
+from .amd_cli_output import failure_reason, split_json_output
 from .base import (
     GPU_METRIC_NAMES,
     Collector,
@@ -707,14 +708,21 @@ def parse_amd_smi_static(doc: Any) -> dict[int, dict[str, Any]]:
     return out
 
 
+class AmdSmiFailed(RuntimeError):
+    """``amd-smi`` exited non-zero; the message is the line that says why."""
+
+
 def _default_runner(exe: str) -> Callable[[Sequence[str]], str]:
     def run(args: Sequence[str]) -> str:
         p = subprocess.run([exe, *args], capture_output=True, text=True, timeout=30)
         if p.returncode != 0:
-            msg = (p.stderr or p.stdout).strip().splitlines()
-            raise RuntimeError(f"amd-smi {' '.join(args)} exited {p.returncode}: {msg[-1] if msg else ''}")
+            raise AmdSmiFailed(f"amd-smi {' '.join(args)} exited {p.returncode}: {failure_reason(p.stderr, p.stdout)}")
         return p.stdout
     return run
+
+
+#: amd-smi timestamps (watch mode, epoch seconds) further than this from the host clock are not used.
+CLI_TS_MAX_SKEW_NS = 5_000_000_000
 
 
 def find_amd_smi() -> str | None:
@@ -749,6 +757,18 @@ class AmdSmiCliCollector(Collector):
         self._thread: threading.Thread | None = None
         self._index_to_key: dict[int, str] = {}
         self._error: str | None = None
+        #: lines amd-smi printed around its JSON (warnings such as missing render/video groups)
+        self.notes: list[str] = []
+        self._last_ts: dict[int, int] = {}
+
+    def _metric(self) -> dict[int, dict[str, Any]]:
+        assert self.runner is not None
+        doc, notes = split_json_output(self.runner(["metric", "--json"]))
+        for note in notes:
+            if note not in self.notes:
+                self.notes.append(note)
+                self._degrade(None, None, f"amd-smi says: {note}")
+        return parse_amd_smi_metric(doc)
 
     def _open(self) -> list[DeviceInfo]:
         if self.runner is None:
@@ -757,14 +777,16 @@ class AmdSmiCliCollector(Collector):
                 raise CollectorUnavailable("amd", "amd-smi CLI not found")
             self.runner = _default_runner(exe)
         try:
-            first = parse_amd_smi_metric(json.loads(self.runner(["metric", "--json"])))
+            first = self._metric()
+        except AmdSmiFailed as exc:
+            raise CollectorUnavailable("amd", str(exc)) from None
         except Exception as exc:
             raise CollectorUnavailable("amd", f"amd-smi metric --json failed ({type(exc).__name__}: {exc})") from None
         if not first:
             raise CollectorUnavailable("amd", "amd-smi found no AMD GPU")
         static: dict[int, dict[str, Any]] = {}
         with contextlib.suppress(Exception):
-            static = parse_amd_smi_static(json.loads(self.runner(["static", "--json"])))
+            static = parse_amd_smi_static(split_json_output(self.runner(["static", "--json"]))[0])
         devices = []
         for idx in sorted(first):
             st = static.get(idx, {})
@@ -779,6 +801,9 @@ class AmdSmiCliCollector(Collector):
                 info.kind = "partition"
             info.properties.update({"backend": "amd-smi cli", "gfx_target": st.get("gfx_target"),
                                     "compute_partition": cp, "memory_partition": st.get("memory_partition")})
+            if self.notes:
+                # e.g. missing render/video groups: the reason some metrics below are missing
+                info.properties["notes"] = list(self.notes)
             supported = {k for k, v in vals.items() if v is not None and not k.startswith("_")}
             info.supported = tuple(m for m in GPU_METRIC_NAMES if m in supported)
             reasons = {m: "not in amd-smi metric output (N/A)" for m in GPU_METRIC_NAMES}
@@ -801,7 +826,10 @@ class AmdSmiCliCollector(Collector):
         assert self.runner is not None
         t0 = now_ns()
         try:
-            parsed = parse_amd_smi_metric(json.loads(self.runner(["metric", "--json"])))
+            parsed = self._metric()
+        except AmdSmiFailed as exc:
+            self._degrade(None, None, str(exc))
+            return
         except Exception as exc:
             self._degrade(None, None, f"amd-smi metric --json failed ({type(exc).__name__}: {exc})")
             return
@@ -828,9 +856,24 @@ class AmdSmiCliCollector(Collector):
             if key is None:
                 continue
             vals = dict(vals)
-            ts = vals.pop("_ts", None) or latest[0]
-            out.append(Sample(key, int(ts), vals))
+            out.append(Sample(key, self._checked_ts(idx, key, vals.pop("_ts", None), latest[0]), vals))
         return out
+
+    def _checked_ts(self, idx: int, key: str, vendor_ts: int | None, read_ns: int) -> int:
+        """amd-smi's own timestamp when it is usable: later than its previous one and within
+        :data:`CLI_TS_MAX_SKEW_NS` of the host clock; else the host clock, said once."""
+        if vendor_ts is None:
+            return read_ns
+        previous = self._last_ts.get(idx)
+        if previous is not None and vendor_ts <= previous:
+            self._degrade(key, "timestamp", "amd-smi timestamps went backwards or repeated: the host clock is used")
+            return read_ns
+        if abs(vendor_ts - read_ns) > CLI_TS_MAX_SKEW_NS:
+            self._degrade(key, "timestamp", f"amd-smi timestamps are {(vendor_ts - read_ns) / 1e9:+.1f} s from the "
+                                            "host clock: the host clock is used")
+            return read_ns
+        self._last_ts[idx] = vendor_ts
+        return vendor_ts
 
     def _close(self) -> None:
         self._stop.set()

@@ -4,6 +4,7 @@ from __future__ import annotations
 import json
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
@@ -250,3 +251,100 @@ def test_devices_json_with_fake_amd(monkeypatch) -> None:
     assert gpu1["kind"] == "partition" and gpu1["unsupported"]["power_w"].startswith("not reported")
     text = run_cli("devices")
     assert text.code == 0 and "gpu0  amd partition  AMD Instinct MI300X" in text.out
+
+
+# -- real amd-smi outputs, through a real subprocess --------------------------------------------
+
+REAL = json.loads((Path(__file__).parent / "fakes" / "tables" / "amdsmi_cli_real_outputs.json").read_text())["outputs"]
+
+
+def _fake_amd_smi(tmp_path: Path, metric: str, static: str | None = None) -> str:
+    """An `amd-smi` executable that prints a recorded output (stdout, stderr, exit code)."""
+    table = tmp_path / "outputs.json"
+    table.write_text(json.dumps(REAL))
+    exe = tmp_path / "amd-smi"
+    exe.write_text(
+        f"#!{sys.executable}\n"
+        "import json, sys\n"
+        f"out = json.load(open({str(table)!r}))\n"
+        f"name = {metric!r} if sys.argv[1] == 'metric' else {static!r}\n"
+        "if name is None:\n    sys.stderr.write('unknown command\\n'); sys.exit(2)\n"
+        "o = out[name]\n"
+        "sys.stdout.write(o['stdout']); sys.stderr.write(o['stderr']); sys.exit(o['exit_code'])\n")
+    exe.chmod(0o755)
+    return str(exe)
+
+
+def _cli_collector(exe: str) -> AmdSmiCliCollector:
+    from gpuscope.collectors.amd import _default_runner
+
+    return AmdSmiCliCollector(_default_runner(exe), threaded=False)
+
+
+def test_real_w7700_output_is_read(tmp_path: Path) -> None:
+    c = _cli_collector(_fake_amd_smi(tmp_path, "w7700_usage"))
+    (dev,) = c.open()
+    (row,) = c.sample()
+    assert row.values["gpu_util"] == 0.42 and row.values["mem_util"] == 0.01
+    assert row.values["power_w"] is None and "notes" not in dev.properties
+    c.close()
+
+
+def test_warning_before_the_json_is_kept_as_a_note(tmp_path: Path) -> None:
+    c = _cli_collector(_fake_amd_smi(tmp_path, "w7700_usage_group_warning"))
+    (dev,) = c.open()
+    (row,) = c.sample()
+    assert row.values["gpu_util"] == 0.42  # the collector works despite the warning
+    (note,) = dev.properties["notes"]
+    assert note.startswith("WARNING: User is missing the following required groups: render, video")
+    assert any("render, video" in d.reason for d in c.take_degradations())
+    c.close()
+
+
+def test_all_na_apu_in_watch_mode(tmp_path: Path, monkeypatch) -> None:
+    c = _cli_collector(_fake_amd_smi(tmp_path, "apu_all_na_watch"))
+    (dev,) = c.open()
+    assert dev.supported == ()  # every metric N/A: none supported, each with its reason
+    assert dev.unsupported["gpu_util"].startswith("not in amd-smi metric output")
+    assert dev.properties["notes"] == ["'CTRL' + 'C' to stop watching output:"]
+    (row,) = c.sample()
+    assert all(v is None for v in row.values.values())
+    # its timestamp (2026-01-21) is far from this host's clock: the host clock is used, and said
+    assert abs(row.ts_ns - time.time_ns()) < 60e9
+    assert any(d.metric == "timestamp" and "host clock" in d.reason for d in c.take_degradations())
+    c.close()
+
+
+@pytest.mark.parametrize("name,reason", [
+    ("no_driver", "Unable to get devices, driver not initialized (amdgpu not found in modules)"),
+    ("groups_error_rocm7", "WARNING: User is missing the following required groups: render, video"),
+    ("device_nodes_denied_rocm71", "Permission needed to access required GPU device node(s): /dev/dri/card0: Permission denied"),
+])
+def test_failing_cli_names_the_line_that_says_why(tmp_path: Path, name: str, reason: str) -> None:
+    with pytest.raises(CollectorUnavailable) as e:
+        _cli_collector(_fake_amd_smi(tmp_path, name)).open()
+    assert reason in e.value.reason, e.value.reason
+    assert "AMDSMI Tool" not in e.value.reason and "usermod" not in e.value.reason
+
+
+def test_devices_shows_the_warning_on_amd_devices(tmp_path: Path, monkeypatch) -> None:
+    exe = _fake_amd_smi(tmp_path, "w7700_usage_group_warning")
+    monkeypatch.setattr("gpuscope.collectors.amd.find_amd_smi", lambda: exe)
+    monkeypatch.setattr("gpuscope.collectors.amd.import_amdsmi", lambda *a, **k: (None, "amdsmi not importable", []))
+    monkeypatch.setitem(sys.modules, "pynvml", None)
+    r = run_cli("devices", "--json")
+    assert r.code == 0, r.err
+    gpu = next(d for d in r.json()["devices"] if d["vendor"] == "amd")
+    assert gpu["properties"]["notes"][0].startswith("WARNING: User is missing the following required groups")
+    text = run_cli("devices")
+    assert "note: WARNING: User is missing the following required groups: render, video" in text.out
+
+
+def test_timestamps_checked_for_order_and_skew() -> None:
+    c = AmdSmiCliCollector(lambda a: "[]", threaded=False)
+    now = time.time_ns()
+    assert c._checked_ts(0, "gpu0", now - 1_000_000, now) == now - 1_000_000  # near and later: kept
+    assert c._checked_ts(0, "gpu0", now - 2_000_000, now) == now  # went backwards: host clock
+    assert c._checked_ts(0, "gpu0", now + 3_600_000_000_000, now) == now  # an hour off: host clock
+    reasons = [d.reason for d in c.take_degradations()]
+    assert any("backwards" in r for r in reasons) and any("+3600.0 s" in r for r in reasons)
