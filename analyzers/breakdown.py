@@ -141,7 +141,7 @@ def _op_rows(con: duckdb.DuckDBPyConnection, run_id: int, gpu: bool,
                 FROM kernels WHERE run_id = ? AND op_id IS NOT NULL GROUP BY op_id
             )
             SELECT o.name, o.input_dims, o.input_types, count(*) AS count, sum(p.gpu_ns) / 1e3 AS kernel_us,
-                   sum(o.dur_ns) / 1e3 AS cpu_us, sum(p.n) AS kernels
+                   sum(o.dur_ns) / 1e3 AS cpu_us, sum(p.n) AS kernels, NULL AS concrete
             FROM ops o JOIN per_op p ON p.op_id = o.op_id
             WHERE o.run_id = ?
             GROUP BY o.name, o.input_dims, o.input_types
@@ -156,7 +156,8 @@ def _op_rows(con: duckdb.DuckDBPyConnection, run_id: int, gpu: bool,
             )
             SELECT o.name, o.input_dims, o.input_types, count(*) AS count,
                    sum(greatest(o.dur_ns - coalesce(c.child_ns, 0), 0)) / 1e3 AS kernel_us,
-                   sum(o.dur_ns) / 1e3 AS cpu_us, 0 AS kernels
+                   sum(o.dur_ns) / 1e3 AS cpu_us, 0 AS kernels,
+                   min(o.concrete_inputs) AS concrete
             FROM ops o LEFT JOIN child c ON c.op_id = o.op_id
             WHERE o.run_id = ?
             GROUP BY o.name, o.input_dims, o.input_types
@@ -167,8 +168,9 @@ def _op_rows(con: duckdb.DuckDBPyConnection, run_id: int, gpu: bool,
     if limit is not None:
         sql += f" LIMIT {int(limit)}"
     out = []
-    for name, dims, types, count, kernel_us, cpu_us, kernels in con.execute(sql, params).fetchall():
+    for name, dims, types, count, kernel_us, cpu_us, kernels, concrete in con.execute(sql, params).fetchall():
         out.append(((name, dims, types), {
+            "_concrete": concrete,  # scalar arguments, for the cost model only (popped by _merge_ops)
             "name": name,
             "input_dims": _json_or_none(dims),
             "input_types": _json_or_none(types),
@@ -213,12 +215,13 @@ def _merge_ops(ops: list[tuple[tuple[str, str | None, str | None], dict[str, Any
     from .costmodel import op_cost
 
     for key, o in ops:
+        concrete = o.pop("_concrete", None)
         a = att["ops"].get(key) if att else None
         if a is not None:
             o.update(a)
         elif not gpu:
             try:
-                cost = op_cost(o["name"], o["input_dims"], o["input_types"], None)
+                cost = op_cost(o["name"], o["input_dims"], o["input_types"], concrete)
             except Exception:
                 cost = None
             if cost is not None:
@@ -298,5 +301,25 @@ def analyze_run(con: duckdb.DuckDBPyConnection, run_id: int, top: int | None = N
         "skipped": ingest.get("skipped", {}),
         "notes": info.get("notes", []) if isinstance(info, dict) else [],
     }
+    doc["notes"] = doc["notes"] + _missing_concrete_inputs_notes(con, run_id)
     doc["advice"] = advise(doc)
     return doc
+
+
+def _missing_concrete_inputs_notes(con: duckdb.DuckDBPyConnection, run_id: int) -> list[str]:
+    """One note when convolutions went without a cost because the trace lacks their scalar
+    arguments (older torch records no ``Concrete Inputs``): the cost model does not guess."""
+    from .costmodel import NEEDS_CONCRETE_INPUTS
+
+    names = sorted(NEEDS_CONCRETE_INPUTS)
+    row = con.execute(
+        f"SELECT count(DISTINCT name), count(*) FROM ops WHERE run_id = ? AND name IN ({', '.join('?' * len(names))}) "
+        "AND (concrete_inputs IS NULL OR trim(concrete_inputs) IN ('', '[]') "
+        "     OR regexp_matches(concrete_inputs, '^\\[(\\s*\"\"\\s*,?)*\\]$'))",
+        [run_id, *names],
+    ).fetchone()
+    if not row or not row[1]:
+        return []
+    return [f"{row[1]} convolution call(s) ({row[0]} op name(s)) have no FLOPs or bytes: the trace records no "
+            "'Concrete Inputs' (stride, padding, dilation, groups), which older torch versions leave out; "
+            "gpuscope does not guess them. Record with a recent torch (record_shapes=True) to cost them."]

@@ -35,6 +35,7 @@ __all__ = [
     "bytes_per_element",
     "covered_op_names",
     "VIEW_OPS",
+    "NEEDS_CONCRETE_INPUTS",
 ]
 
 Shape = tuple[int, ...]
@@ -735,6 +736,57 @@ def _conv(call: _Call) -> OpCost | None:
 
 
 _register(_CONV_LAYOUTS, _conv)
+
+
+def _conv_flop_count(x: Shape, w: Shape, out: Shape, transposed: bool) -> int:
+    """``torch.utils.flop_counter.conv_flop_count``: 2 * output (or, transposed, input)
+    positions * kernel positions * batch * weight's two channel dimensions."""
+    conv_shape = x[2:] if transposed else out[2:]
+    return 2 * _numel(conv_shape) * _numel(w[2:]) * x[0] * w[0] * w[1]
+
+
+def _t(shape: Shape) -> Shape:
+    return (shape[1], shape[0], *shape[2:])
+
+
+def _conv_backward(call: _Call) -> OpCost | None:
+    """``aten::convolution_backward(grad_output, input, weight, bias_sizes, stride, padding,
+    dilation, transposed, output_padding, groups, output_mask)``: the FLOPs of the gradients
+    ``output_mask`` asks for, counted as ``FlopCounterMode``'s ``conv_backward_flop`` does
+    (grad_input as the transposed convolution, grad_weight as a convolution of the input with
+    grad_output; for grouped convolutions that formula counts every input channel). Bytes:
+    grad_output, input and weight read once; the requested gradients written once."""
+    go, x, w = call.shape(0), call.shape(1), call.shape(2)
+    if go is None or x is None or w is None or not (len(go) == len(x) == len(w) >= 3):
+        return None
+    transposed = call.c_bool(7)
+    # recorded as Python's repr: "[True, True, False]"
+    mask = [_to_bool(m) for m in call.c(10).strip().strip("[]").split(",")]
+    if transposed is None or len(mask) != 3:
+        return None
+    if any(m is None for m in mask):
+        return None
+    flops = 0
+    if mask[0]:
+        flops += _conv_flop_count(go, w, x, not transposed)
+    if mask[1]:
+        flops += (_conv_flop_count(_t(go), _t(x), _t(w), False) if transposed
+                  else _conv_flop_count(_t(x), _t(go), _t(w), False))
+    bpe = call.bpe(0)
+    nbytes = (call.nbytes(0) + call.nbytes(1) + call.nbytes(2)
+              + (call.nbytes(1) if mask[0] else 0) + (call.nbytes(2) if mask[1] else 0)
+              + (go[1] * bpe if mask[2] else 0))  # grad_bias: one value per output channel
+    dtype = _matrix_roof([call.type(0), call.type(2)], fp32_as="tf32")
+    model = ("conv_transpose" if transposed else "conv") + f"{len(x) - 2}d backward"
+    return _cost(float(flops), float(nbytes), dtype, "conv", model)
+
+
+_register(["aten::convolution_backward", "aten::convolution_backward_overrideable"], _conv_backward)
+
+#: Ops whose cost needs the trace's ``Concrete Inputs`` (stride, padding, dilation, groups...):
+#: without them the model does not guess, and the analysis says why once.
+NEEDS_CONCRETE_INPUTS: frozenset[str] = frozenset(
+    (*_CONV_LAYOUTS, "aten::convolution_backward", "aten::convolution_backward_overrideable"))
 
 
 # --------------------------------------------------------------------------------------------
