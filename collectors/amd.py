@@ -29,6 +29,7 @@ import glob
 import io
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -39,7 +40,7 @@ from dataclasses import dataclass, field
 from types import ModuleType
 from typing import Any
 
-from .amd_cli_output import failure_reason, split_json_output
+from .amd_cli_output import failure_reason, has_json_document, split_json_output
 from .base import (
     GPU_METRIC_NAMES,
     Collector,
@@ -461,7 +462,7 @@ class AmdSmiCollector(Collector):
             return read_ns
         ts = int(g.fw_anchor[0] + (fw_ns - g.fw_anchor[1]))
         if abs(ts - read_ns) > 1_000_000_000:  # firmware reset or a different clock: start over
-            self._degrade(g.info.key, None, "firmware timestamp jumped; re-anchored to the host clock")
+            self._degrade(g.info.key, None, "firmware timestamp jumped; re-anchored to the host clock", phase="clock")
             g.fw_anchor = (read_ns, fw_ns)
             return read_ns
         return ts
@@ -635,6 +636,13 @@ _MEM = {"B", "KB", "MB", "GB", "KiB", "MiB", "GiB"}
 _RATE = {"B/s", "KB/s", "MB/s", "GB/s", "Mb/s", "Gb/s"}
 
 
+def _section(e: Any, key: str) -> dict[str, Any]:
+    """``e[key]`` when it is an object; amd-smi prints a whole section as ``"N/A"`` when it has
+    nothing in it (``"usage": "N/A"`` on an APU, ROCm/rocm-systems#2720)."""
+    v = e.get(key) if isinstance(e, dict) else None
+    return v if isinstance(v, dict) else {}
+
+
 def _gpu_entries(doc: Any) -> list[dict[str, Any]]:
     """Both shapes of amd-smi's JSON: a list of per-GPU objects (ROCm 6.x) or
     ``{"gpu_data": [...]}`` (ROCm 7.x); a single object is taken as one GPU."""
@@ -654,10 +662,10 @@ def parse_amd_smi_metric(doc: Any) -> dict[int, dict[str, float | int | None]]:
         idx = e.get("gpu")
         idx = idx if isinstance(idx, int) else pos
         v: dict[str, float | int | None] = {}
-        usage = e.get("usage") or {}
+        usage = _section(e, "usage")
         v["gpu_util"] = percent_to_ratio(_with_unit(_pick(usage, "gfx_activity"), set()))
         v["mem_util"] = percent_to_ratio(_with_unit(_pick(usage, "umc_activity"), set()))
-        power = e.get("power") or {}
+        power = _section(e, "power")
         p = _with_unit(power.get("socket_power"), _POWER)
         if p is None:
             p = _with_unit(power.get("average_socket_power"), _POWER)
@@ -665,14 +673,14 @@ def parse_amd_smi_metric(doc: Any) -> dict[int, dict[str, float | int | None]]:
         v["power_instant_w"] = _watts(_with_unit(power.get("current_socket_power"), _POWER))
         en = _with_unit(_pick(e, "energy", "total_energy_consumption"), _ENERGY)
         v["energy_j"] = en if en is not None and en >= 0 else None
-        temp = e.get("temperature") or {}
+        temp = _section(e, "temperature")
         hot = plausible_celsius(_with_unit(temp.get("hotspot"), set()))
         v["temp_c"] = hot if hot is not None else plausible_celsius(_with_unit(temp.get("edge"), set()))
         v["mem_temp_c"] = plausible_celsius(_with_unit(temp.get("mem"), set()))
-        clock = e.get("clock") or {}
+        clock = _section(e, "clock")
         v["sm_clock_mhz"] = _mhz(_with_unit(_pick(clock, "gfx_0", "clk"), _CLOCK))
         v["mem_clock_mhz"] = _mhz(_with_unit(_pick(clock, "mem_0", "clk"), _CLOCK))
-        mem = e.get("mem_usage") or {}
+        mem = _section(e, "mem_usage")
         used = _with_unit(mem.get("used_vram"), _MEM)
         total = _with_unit(mem.get("total_vram"), _MEM)
         v["mem_used_bytes"] = int(used) if used is not None and used >= 0 else None
@@ -691,25 +699,25 @@ def parse_amd_smi_static(doc: Any) -> dict[int, dict[str, Any]]:
     for pos, e in enumerate(_gpu_entries(doc)):
         idx = e.get("gpu")
         idx = idx if isinstance(idx, int) else pos
-        asic = e.get("asic") or {}
+        asic = _section(e, "asic")
         vram = _with_unit(_pick(e, "vram", "size"), _MEM)
-        part = e.get("partition") or {}
-        name = asic.get("market_name")
+        part = _section(e, "partition")
+        dev_id = _str(asic.get("device_id"))
         out[idx] = {
-            "name": name if isinstance(name, str) and name != "N/A" else None,
-            "pci_device_id": (asic.get("device_id") or "").lower() or None,
+            "name": _str(asic.get("market_name")),
+            "pci_device_id": dev_id.lower() if dev_id else None,
             "num_sms": int(_num(asic.get("num_compute_units")) or 0) or None,
-            "gfx_target": asic.get("target_graphics_version"),
-            "pci_bus_id": _pick(e, "bus", "bdf"),
+            "gfx_target": _str(asic.get("target_graphics_version")),
+            "pci_bus_id": _str(_pick(e, "bus", "bdf")),
             "memory_total_bytes": int(vram) if vram else None,
-            "compute_partition": part.get("compute_partition"),
-            "memory_partition": part.get("memory_partition"),
+            "compute_partition": _str(part.get("compute_partition")),
+            "memory_partition": _str(part.get("memory_partition")),
         }
     return out
 
 
 class AmdSmiFailed(RuntimeError):
-    """``amd-smi`` exited non-zero; the message is the line that says why."""
+    """``amd-smi`` exited non-zero, or printed no JSON; the message is the line that says why."""
 
 
 def _default_runner(exe: str) -> Callable[[Sequence[str]], str]:
@@ -717,12 +725,20 @@ def _default_runner(exe: str) -> Callable[[Sequence[str]], str]:
         p = subprocess.run([exe, *args], capture_output=True, text=True, timeout=30)
         if p.returncode != 0:
             raise AmdSmiFailed(f"amd-smi {' '.join(args)} exited {p.returncode}: {failure_reason(p.stderr, p.stdout)}")
+        if not has_json_document(p.stdout):
+            # amd-smi without a driver may log its errors and still print its version line
+            # (ROCm/amdsmi#172): that line is not the reason
+            raise AmdSmiFailed(f"amd-smi {' '.join(args)} printed no JSON: {failure_reason(p.stderr, p.stdout)}")
         return p.stdout
     return run
 
 
 #: amd-smi timestamps (watch mode, epoch seconds) further than this from the host clock are not used.
 CLI_TS_MAX_SKEW_NS = 5_000_000_000
+#: what amd-smi prints when the user cannot open the GPU device nodes (render/video groups):
+#: ROCm 6.x "User is missing the following required groups", ROCm 7.1 "Permission needed to
+#: access required GPU device node(s)"
+_PERMISSION_NOTE = re.compile(r"required groups|permission needed|permission denied", re.I)
 
 
 def find_amd_smi() -> str | None:
@@ -759,7 +775,8 @@ class AmdSmiCliCollector(Collector):
         self._error: str | None = None
         #: lines amd-smi printed around its JSON (warnings such as missing render/video groups)
         self.notes: list[str] = []
-        self._last_ts: dict[int, int] = {}
+        self._last_ts: dict[str, int] = {}  # device -> its last row's ts_ns
+        self._host_clock: set[str] = set()  # devices whose amd-smi timestamps failed the check once
 
     def _metric(self) -> dict[int, dict[str, Any]]:
         assert self.runner is not None
@@ -806,7 +823,11 @@ class AmdSmiCliCollector(Collector):
                 info.properties["notes"] = list(self.notes)
             supported = {k for k, v in vals.items() if v is not None and not k.startswith("_")}
             info.supported = tuple(m for m in GPU_METRIC_NAMES if m in supported)
-            reasons = {m: "not in amd-smi metric output (N/A)" for m in GPU_METRIC_NAMES}
+            na = "not in amd-smi metric output (N/A)"
+            if any(_PERMISSION_NOTE.search(n) for n in self.notes):
+                # amd-smi reads part of its metrics through the device nodes it warned about
+                na += "; amd-smi warned about device permissions (render/video groups), see the note"
+            reasons = {m: na for m in GPU_METRIC_NAMES}
             for m in ("sm_active", "sm_occupancy", "tensor_active", "dram_bw_util"):
                 reasons[m] = "not exposed by amd-smi (needs rocprofiler counters)"
             for m in ("proc_gpu_mem_bytes", "proc_gpu_util", "power_limit_w", "throttle_reasons",
@@ -860,20 +881,29 @@ class AmdSmiCliCollector(Collector):
         return out
 
     def _checked_ts(self, idx: int, key: str, vendor_ts: int | None, read_ns: int) -> int:
-        """amd-smi's own timestamp when it is usable: later than its previous one and within
-        :data:`CLI_TS_MAX_SKEW_NS` of the host clock; else the host clock, said once."""
-        if vendor_ts is None:
-            return read_ns
-        previous = self._last_ts.get(idx)
-        if previous is not None and vendor_ts <= previous:
-            self._degrade(key, "timestamp", "amd-smi timestamps went backwards or repeated: the host clock is used")
-            return read_ns
-        if abs(vendor_ts - read_ns) > CLI_TS_MAX_SKEW_NS:
-            self._degrade(key, "timestamp", f"amd-smi timestamps are {(vendor_ts - read_ns) / 1e9:+.1f} s from the "
-                                            "host clock: the host clock is used")
-            return read_ns
-        self._last_ts[idx] = vendor_ts
-        return vendor_ts
+        """amd-smi's own timestamp while it is usable: later than the device's previous row and
+        within :data:`CLI_TS_MAX_SKEW_NS` of the host clock. The first time it is not, the device
+        goes over to the host clock for good (a series never mixes two clocks) and it is said
+        once, with ``phase='clock'``, which the sampler's stats list as a clock fallback."""
+        previous = self._last_ts.get(key)
+        ts = read_ns
+        if vendor_ts is not None and key not in self._host_clock:
+            problem = None
+            if previous is not None and vendor_ts <= previous:
+                problem = "amd-smi timestamps went backwards or repeated"
+            elif abs(vendor_ts - read_ns) > CLI_TS_MAX_SKEW_NS:
+                problem = f"amd-smi timestamps are {(vendor_ts - read_ns) / 1e9:+.1f} s from the host clock"
+            if problem is None:
+                ts = vendor_ts
+            else:
+                self._host_clock.add(key)
+                self._degrade(key, "timestamp", f"{problem}: the host clock is used for this device from now on",
+                              phase="clock")
+        if previous is not None and ts <= previous:
+            # only at the switch, when amd-smi's clock ran ahead of the host's (by < 5 s): keep the rows in order
+            ts = previous + 1
+        self._last_ts[key] = ts
+        return ts
 
     def _close(self) -> None:
         self._stop.set()

@@ -27,6 +27,9 @@ _ERROR_WORDS = re.compile(
     re.I,
 )
 _BANNER = re.compile(r"^(?:AMDSMI Tool:|AMD-SMI |\+[-=+]+\+$|\|)")
+#: ``/usr/lib/python3.14/site-packages/amdsmi/amdsmi_interface.py:3569: SyntaxWarning: ...``
+_PY_WARNING = re.compile(r"^\S.*:\d+: [A-Za-z]*Warning: ")
+_DOC_START = re.compile(r"(?:^|\n)[ \t]*[\[{]")
 MAX_REASON_CHARS = 240
 
 
@@ -55,8 +58,10 @@ def _lines(text: str) -> list[str]:
 def failure_reason(stderr: str, stdout: str = "") -> str:
     """The line(s) of a failed amd-smi run that say why: the first line that carries an error
     (without its logger prefix), with the first detail line under it when it has one; else the
-    first line that is not a banner."""
-    lines = [line.rstrip() for line in (stderr or stdout or "").splitlines() if line.strip()]
+    first line that is not a banner. stderr is read before stdout; Python's own warnings
+    (``...py:3569: SyntaxWarning: ...`` and the source line under them, printed by newer
+    Pythons on amd-smi's code) and traceback frames are never the reason."""
+    lines = _reason_lines(stderr) + _reason_lines(stdout)
     for i, line in enumerate(lines):
         bare = _LOG_PREFIX.sub("", line.strip())
         if bare and _ERROR_WORDS.search(bare) and not _BANNER.match(line.strip()):
@@ -69,6 +74,28 @@ def failure_reason(stderr: str, stdout: str = "") -> str:
         if not _BANNER.match(line.strip()):
             return _trim(_LOG_PREFIX.sub("", line.strip()))
     return "no output"
+
+
+def _reason_lines(text: str) -> list[str]:
+    out: list[str] = []
+    skip_indented = False
+    for line in (text or "").splitlines():
+        if not line.strip():
+            continue
+        if skip_indented and line[:1].isspace():
+            continue  # the source line under a warning, or a traceback frame
+        skip_indented = False
+        if _PY_WARNING.match(line) or line.startswith("Traceback (most recent call last)"):
+            skip_indented = True
+            continue
+        out.append(line.rstrip())
+    return out
+
+
+def has_json_document(stdout: str) -> bool:
+    """Whether a line of ``stdout`` opens a JSON document (cheap; :func:`split_json_output`
+    does the parsing)."""
+    return bool(_DOC_START.search(stdout or ""))
 
 
 def _trim(text: str) -> str:

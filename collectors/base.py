@@ -140,8 +140,10 @@ class Sample:
 @dataclass(frozen=True)
 class Degradation:
     """Something that did not work, reported once: an unsupported metric found at probe time
-    (``phase='probe'``), a read that started failing while sampling (``phase='sample'``), or a
-    device that was lost (``metric=None``, ``phase='lost'``)."""
+    (``phase='probe'``), a read that started failing while sampling (``phase='sample'``), a
+    device that was lost (``metric=None``, ``phase='lost'``), or a device whose own timestamps
+    failed the collector's check, so that its rows use the host clock (``phase='clock'``; the
+    sampler lists these in ``SamplerStats.clock_fallbacks``)."""
 
     source: str
     device: str | None

@@ -114,6 +114,9 @@ class SamplerStats:
     sink_cpu_ns: int = 0
     sink_errors: int = 0
     degradations: list[Degradation] = field(default_factory=list)
+    #: devices whose own timestamps failed their collector's check (not monotonic, or far from
+    #: the host clock) and whose rows use the host clock instead: ``"source/device"`` -> why
+    clock_fallbacks: dict[str, str] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
@@ -390,6 +393,9 @@ class Sampler:
                 degr.extend(new)
         if degr:
             self.stats.degradations.extend(degr)
+            for g in degr:
+                if g.phase == "clock":
+                    self.stats.clock_fallbacks[f"{g.source}/{g.device or '*'}"] = g.reason
             if self.on_degradation is not None:
                 for g in degr:
                     try:
@@ -706,7 +712,7 @@ class StoreSink(Sink):
                      json.dumps([g.to_dict() for g in st.degradations]),
                      json.dumps({"flushes": self.flushes, "rows_written": self.rows_written,
                                  "flush_wall_ns_max": max(self.flush_wall_ns) if self.flush_wall_ns else None,
-                                 "sink_errors": st.sink_errors})])
+                                 "sink_errors": st.sink_errors, "clock_fallbacks": st.clock_fallbacks})])
                 if self.created_run:
                     if self.final_status is not None:
                         con.execute("UPDATE runs SET status = ?, ended_ns = ? WHERE id = ?",

@@ -345,6 +345,128 @@ def test_timestamps_checked_for_order_and_skew() -> None:
     now = time.time_ns()
     assert c._checked_ts(0, "gpu0", now - 1_000_000, now) == now - 1_000_000  # near and later: kept
     assert c._checked_ts(0, "gpu0", now - 2_000_000, now) == now  # went backwards: host clock
-    assert c._checked_ts(0, "gpu0", now + 3_600_000_000_000, now) == now  # an hour off: host clock
+    assert c._checked_ts(0, "gpu1", now + 3_600_000_000_000, now) == now  # an hour off: host clock
     reasons = [d.reason for d in c.take_degradations()]
     assert any("backwards" in r for r in reasons) and any("+3600.0 s" in r for r in reasons)
+
+
+# -- more published outputs: ROCm 7 shapes, a banner on stdout with exit 0, errors after noise ------
+
+
+def test_rocm7_mi300x_after_the_permission_banner(tmp_path: Path) -> None:
+    # ROCm 7.1 prints its device-node banner on stdout and exits 0 with the JSON after it
+    c = _cli_collector(_fake_amd_smi(tmp_path, "mi300x_dpx_usage_after_permission_banner"))
+    (dev,) = c.open()
+    (row,) = c.sample()
+    assert row.values["gpu_util"] == 0.0 and row.values["mem_util"] == 0.0  # gpu_data[0].usage, ROCm 7 shape
+    notes = dev.properties["notes"]
+    assert notes[0] == "Permission needed to access required GPU device node(s):"
+    assert "- /dev/dri/card7: Permission denied; owner=root(0):video(39);" in notes
+    # the metrics it hides are missing for that reason, and say so
+    assert "device permissions" in dev.unsupported["power_w"] and "note" in dev.unsupported["power_w"]
+    assert "device permissions" not in dev.unsupported["sm_active"]  # not an amd-smi metric at all
+    c.close()
+
+
+def test_no_driver_with_exit_status_0_names_the_error_not_the_version_line(tmp_path: Path) -> None:
+    # the issue does not say how amd-smi exited: with 0 the stdout holds only the version line
+    with pytest.raises(CollectorUnavailable) as e:
+        _cli_collector(_fake_amd_smi(tmp_path, "no_driver_exit_0")).open()
+    assert e.value.reason == ("amd-smi metric --json printed no JSON: Unable to get devices, driver not "
+                              "initialized (amdgpu not found in modules)")
+
+
+def test_python_warnings_on_stderr_are_not_the_reason(tmp_path: Path) -> None:
+    with pytest.raises(CollectorUnavailable) as e:
+        _cli_collector(_fake_amd_smi(tmp_path, "groups_error_after_python_warnings")).open()
+    assert e.value.reason == ("amd-smi metric --json exited 1: WARNING: User is missing the following required "
+                              "groups: render, video. Please add user to these groups.")
+
+
+def test_python_warning_lines_are_skipped_even_when_they_say_error() -> None:
+    from gpuscope.collectors.amd_cli_output import failure_reason
+
+    stderr = ("/usr/lib/python3.14/site-packages/amdsmi/amdsmi_interface.py:812: DeprecationWarning: "
+              "error codes will change\n  return _check_res(ret)\n"
+              "ERROR:root:Unable to get devices, driver not initialized (amdgpu not found in modules)\n")
+    assert failure_reason(stderr) == "Unable to get devices, driver not initialized (amdgpu not found in modules)"
+
+
+def test_sections_that_are_na_strings_give_none_not_a_crash(tmp_path: Path) -> None:
+    # The all-N/A APU (ROCm/rocm-systems#2720) prints "usage": "N/A" as a string where other GPUs
+    # print an object; any section may come that way, so here every one does.
+    doc = json.loads(REAL["apu_all_na_watch"]["stdout"].split("\n", 1)[1])
+    for k in ("usage", "power", "clock", "temperature", "mem_usage", "pcie", "energy", "ecc", "fan"):
+        doc[0][k] = "N/A"
+    doc[0]["timestamp"] = "N/A"
+    c = AmdSmiCliCollector(lambda a: json.dumps(doc), threaded=False)
+    (dev,) = c.open()
+    assert dev.supported == () and dev.name is None
+    (row,) = c.sample()
+    assert all(v is None for v in row.values.values()) and abs(row.ts_ns - time.time_ns()) < 60e9
+
+
+def test_static_from_published_outputs() -> None:
+    from gpuscope.collectors.amd import parse_amd_smi_static
+    from gpuscope.collectors.amd_cli_output import split_json_output
+
+    rx = parse_amd_smi_static(split_json_output(REAL["rx7800xt_static_rocm7_py314"]["stdout"])[0])[0]
+    assert rx["name"] == "AMD Radeon RX 7800 XT" and rx["pci_device_id"] == "0x747e" and rx["num_sms"] == 60
+    assert rx["gfx_target"] == "gfx1101" and rx["pci_bus_id"] == "0000:03:00.0" and rx["memory_total_bytes"] is None
+    apu = parse_amd_smi_static(json.loads(REAL["granite_ridge_static_asic"]["stdout"]))[0]
+    assert apu["name"] == "Granite Ridge [Radeon Graphics]" and apu["gfx_target"] == "gfx1036"
+    # what amd-smi prints for a field it cannot read is "N/A": never a value
+    na = parse_amd_smi_static([{"gpu": 0, "asic": {"market_name": "N/A", "device_id": "N/A",
+                                                   "target_graphics_version": "N/A"}, "bus": {"bdf": "N/A"},
+                                "partition": "N/A"}])[0]
+    assert na == {"name": None, "pci_device_id": None, "num_sms": None, "gfx_target": None, "pci_bus_id": None,
+                  "memory_total_bytes": None, "compute_partition": None, "memory_partition": None}
+
+
+def test_power_only_output_from_the_changelog(tmp_path: Path) -> None:
+    c = _cli_collector(_fake_amd_smi(tmp_path, "power_rocm61_changelog"))
+    (dev,) = c.open()
+    assert dev.supported == ("power_w",)
+    (row,) = c.sample()
+    assert row.values["power_w"] == 10.0 and row.values["gpu_util"] is None
+    c.close()
+
+
+def _watch_doc(ts_s: float) -> str:
+    return json.dumps([{"timestamp": ts_s, "gpu": 0, "usage": {"gfx_activity": {"value": 50, "unit": "%"}}}])
+
+
+def test_a_device_that_failed_the_timestamp_check_stays_on_the_host_clock() -> None:
+    t = time.time()
+    stamps = iter([t, t + 1, t + 2, t - 30, t + 4])  # fine (x3), backwards, then fine again
+    c = AmdSmiCliCollector(lambda a: _watch_doc(next(stamps)) if a[0] == "metric" else "", threaded=False)
+    c.open()  # reading 1 (unthreaded, each sample() reads anew: 2..5)
+    rows = [c.sample()[0] for _ in range(4)]
+    assert rows[0].ts_ns == int((t + 1) * 1e9)
+    assert rows[1].ts_ns == int((t + 2) * 1e9)
+    # from the backwards one on: the host clock, also when amd-smi's clock looks fine again, so the
+    # device's rows never mix two clocks; they stay in order
+    assert all(abs(r.ts_ns - time.time_ns()) < 10e9 for r in rows[2:])
+    assert rows[3].ts_ns != int((t + 4) * 1e9)
+    assert [r.ts_ns for r in rows] == sorted(r.ts_ns for r in rows)
+    clock = [d for d in c.take_degradations() if d.phase == "clock"]
+    assert len(clock) == 1 and clock[0].device == "gpu0" and "host clock" in clock[0].reason
+
+
+def test_clock_fallback_is_in_the_sampler_stats_and_the_store(tmp_path: Path, db: Path) -> None:
+    import duckdb
+
+    from gpuscope.sampler import MemorySink, Sampler, StoreSink
+
+    c = _cli_collector(_fake_amd_smi(tmp_path, "apu_all_na_watch"))  # its timestamp is from 2026-01-21
+    sampler = Sampler([c], [MemorySink(), StoreSink(db, name="apu", flush_s=0.0)], interval_s=0.5, max_ticks=2)
+    st = sampler.run(30)
+    (reason,) = st.clock_fallbacks.values()
+    assert list(st.clock_fallbacks) == ["amd/gpu0"] and "host clock" in reason and "s from the host clock" in reason
+    assert st.to_dict()["clock_fallbacks"] == st.clock_fallbacks
+    con = duckdb.connect(str(db), read_only=True)
+    try:
+        info = json.loads(con.execute("SELECT info FROM sampler_stats").fetchone()[0])
+    finally:
+        con.close()
+    assert info["clock_fallbacks"] == {"amd/gpu0": reason}
