@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import dataclass
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from .breakdown import _json_or_none
@@ -142,22 +143,25 @@ def _work_flops(cost: Any) -> float | None:
     return executed if executed is not None else cost.flops
 
 
-def attribute(con: duckdb.DuckDBPyConnection, run_id: int, roofs: dict[int, DeviceRoof]) -> dict[str, Any]:
+def attribute(con: duckdb.DuckDBPyConnection, run_id: int, roofs: dict[int, DeviceRoof],
+              excluded: Sequence[int] = ()) -> dict[str, Any]:
     """Classify every compute kernel and every op that launched GPU work of ``run_id``.
 
     Returns ``{"roofline_us", "kernels", "ops"}``: ``roofline_us`` splits the
     compute time into the four bound classes; ``kernels`` (per distinct kernel name) and
     ``ops`` (keyed by op name, input_dims text, input_types text, as stored) carry their class, cost and roof numbers.
     """
+    from .scope import counted_kernels
     from .costmodel import op_cost
 
+    kept = counted_kernels(excluded)  # graph-capture traces beside their replay (design.md §4.2)
     # 1. Op calls that launched GPU activity, aggregated per (signature, device): the number of
     # calls and their GPU time (kernels, memcpys and memsets), and each signature's cost.
     call_rows = con.execute(
-        """
+        f"""
         WITH calls AS (
             SELECT op_id, mode(device_id) AS device_id, sum(dur_ns) AS gpu_ns
-            FROM kernels WHERE run_id = $1 AND op_id IS NOT NULL GROUP BY op_id
+            FROM kernels WHERE run_id = $1 AND op_id IS NOT NULL{kept} GROUP BY op_id
         )
         SELECT o.name, o.input_dims, o.input_types, o.concrete_inputs, c.device_id, count(*), sum(c.gpu_ns) / 1e3
         FROM calls c JOIN ops o ON o.run_id = $1 AND o.op_id = c.op_id
@@ -205,12 +209,12 @@ def attribute(con: duckdb.DuckDBPyConnection, run_id: int, roofs: dict[int, Devi
     # kernel's share of its op call's cost is its duration over the call's GPU time; summed
     # per group, the shares say how many calls' worth of cost the group carries.
     krows = con.execute(
-        """
+        f"""
         WITH k AS (
             SELECT name, op_id, device_id, dur_ns, attribution, category,
                    CASE WHEN op_id IS NOT NULL
                         THEN dur_ns / nullif(sum(dur_ns) OVER (PARTITION BY op_id), 0) END AS share
-            FROM kernels WHERE run_id = $1
+            FROM kernels WHERE run_id = $1{kept}
         )
         SELECT k.name, k.device_id, k.attribution, o.name, o.input_dims, o.input_types, o.concrete_inputs,
                count(*), sum(k.dur_ns) / 1e3, coalesce(sum(k.share), 0)

@@ -18,7 +18,10 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
+
+from .scope import counted_kernels, graph_capture_exclusions
 
 if TYPE_CHECKING:  # pragma: no cover
     import duckdb
@@ -43,7 +46,7 @@ class DeviceBreakdown:
     activities: int
 
 
-def device_breakdowns(con: duckdb.DuckDBPyConnection, run_id: int) -> list[DeviceBreakdown]:
+def device_breakdowns(con: duckdb.DuckDBPyConnection, run_id: int, excluded: Sequence[int] = ()) -> list[DeviceBreakdown]:
     """Per-device compute / communication / memory / idle time of ``run_id``.
 
     Idle is the sum of the gaps between merged busy intervals: an activity that starts after
@@ -55,7 +58,7 @@ def device_breakdowns(con: duckdb.DuckDBPyConnection, run_id: int) -> list[Devic
             SELECT device_id, category, ts_ns, dur_ns, ts_ns + dur_ns AS end_ns,
                    max(ts_ns + dur_ns) OVER (PARTITION BY device_id ORDER BY ts_ns, ts_ns + dur_ns
                                              ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS prev_end
-            FROM kernels WHERE run_id = ?
+            FROM kernels WHERE run_id = ?{counted}
         )
         SELECT iv.device_id, coalesce(d.key, 'device' || iv.device_id),
                sum(dur_ns) FILTER (WHERE category = 'compute'),
@@ -65,7 +68,7 @@ def device_breakdowns(con: duckdb.DuckDBPyConnection, run_id: int) -> list[Devic
                max(end_ns) - min(ts_ns), count(*)
         FROM iv LEFT JOIN devices d ON d.run_id = ? AND d.device_id = iv.device_id
         GROUP BY ALL ORDER BY iv.device_id
-        """,
+        """.format(counted=counted_kernels(excluded)),
         [run_id, run_id],
     ).fetchall()
     out = []
@@ -98,13 +101,14 @@ def _json_or_none(text: str | None) -> Any:
         return text
 
 
-def kernel_table(con: duckdb.DuckDBPyConnection, run_id: int, limit: int | None = None) -> list[dict[str, Any]]:
+def kernel_table(con: duckdb.DuckDBPyConnection, run_id: int, limit: int | None = None,
+                 excluded: Sequence[int] = ()) -> list[dict[str, Any]]:
     """One entry per distinct GPU activity name, most total time first."""
-    sql = """
+    sql = f"""
         SELECT name, kind, category, count(*) AS count, sum(dur_ns) / 1e3 AS total_us,
                avg(dur_ns) / 1e3 AS mean_us, min(dur_ns) / 1e3 AS min_us, max(dur_ns) / 1e3 AS max_us,
                count(DISTINCT device_id) AS devices, count(op_id) AS with_op
-        FROM kernels WHERE run_id = ?
+        FROM kernels WHERE run_id = ?{counted_kernels(excluded)}
         GROUP BY name, kind, category
         ORDER BY total_us DESC, name
     """
@@ -124,8 +128,8 @@ def op_table(con: duckdb.DuckDBPyConnection, run_id: int, gpu: bool, limit: int 
     return [row for _, row in _op_rows(con, run_id, gpu, limit)]
 
 
-def _op_rows(con: duckdb.DuckDBPyConnection, run_id: int, gpu: bool,
-             limit: int | None = None) -> list[tuple[tuple[str, str | None, str | None], dict[str, Any]]]:
+def _op_rows(con: duckdb.DuckDBPyConnection, run_id: int, gpu: bool, limit: int | None = None,
+             excluded: Sequence[int] = ()) -> list[tuple[tuple[str, str | None, str | None], dict[str, Any]]]:
     """One entry per distinct (op name, input shapes, input dtypes), each with its key as stored
     (name, input_dims text, input_types text), which the roofline attribution uses too.
 
@@ -135,10 +139,10 @@ def _op_rows(con: duckdb.DuckDBPyConnection, run_id: int, gpu: bool,
     of the ops it called) as ``kernel_us``, and its inclusive time as ``cpu_us``.
     """
     if gpu:
-        sql = """
+        sql = f"""
             WITH per_op AS (
                 SELECT op_id, sum(dur_ns) AS gpu_ns, count(*) AS n
-                FROM kernels WHERE run_id = ? AND op_id IS NOT NULL GROUP BY op_id
+                FROM kernels WHERE run_id = ? AND op_id IS NOT NULL{counted_kernels(excluded)} GROUP BY op_id
             )
             SELECT o.name, o.input_dims, o.input_types, count(*) AS count, sum(p.gpu_ns) / 1e3 AS kernel_us,
                    sum(o.dur_ns) / 1e3 AS cpu_us, sum(p.n) AS kernels, NULL AS concrete
@@ -248,24 +252,27 @@ def analyze_run(con: duckdb.DuckDBPyConnection, run_id: int, top: int | None = N
         raise KeyError(run_id)
     info = _json_or_none(run[6]) or {}
     roofs = device_roofs(con, run_id, roof=roof, gpu=gpu, specs_path=specs_path)
-    per_device = device_breakdowns(con, run_id)
+    excluded = graph_capture_exclusions(con, run_id)
+    skip = [e["trace_id"] for e in excluded]
+    per_device = device_breakdowns(con, run_id, skip)
     time_us = time_breakdown(per_device)
     gpu_active = bool(per_device)
-    att = attribute(con, run_id, roofs) if gpu_active else None
-    kernels = kernel_table(con, run_id, top)
+    att = attribute(con, run_id, roofs, skip) if gpu_active else None
+    kernels = kernel_table(con, run_id, top, skip)
     _merge_kernels(kernels, att)
-    op_rows = _op_rows(con, run_id, gpu_active, top)
+    op_rows = _op_rows(con, run_id, gpu_active, top, skip)
     _merge_ops(op_rows, att, gpu_active)
     ops = [row for _, row in op_rows]
     roofline_us = att["roofline_us"] if att else {b: 0.0 for b in BOUNDS}
+    kept = counted_kernels(skip)
     counts = con.execute(
-        "SELECT (SELECT count(*) FROM kernels WHERE run_id = $1), "
-        "(SELECT count(*) FROM kernels WHERE run_id = $1 AND op_id IS NULL), "
-        "(SELECT coalesce(sum(dur_ns), 0) FROM kernels WHERE run_id = $1 AND op_id IS NULL), "
+        f"SELECT (SELECT count(*) FROM kernels WHERE run_id = $1{kept}), "
+        f"(SELECT count(*) FROM kernels WHERE run_id = $1 AND op_id IS NULL{kept}), "
+        f"(SELECT coalesce(sum(dur_ns), 0) FROM kernels WHERE run_id = $1 AND op_id IS NULL{kept}), "
         "(SELECT count(*) FROM ops WHERE run_id = $1), "
         "(SELECT count(*) FROM annotations WHERE run_id = $1 AND kind = 'profiler_step'), "
-        "(SELECT count(*) FROM kernels WHERE run_id = $1 AND attribution = 'graph_capture'), "
-        "(SELECT count(*) FROM kernels WHERE run_id = $1 AND attribution IN ('graph_capture', 'graph_replay'))",
+        f"(SELECT count(*) FROM kernels WHERE run_id = $1 AND attribution = 'graph_capture'{kept}), "
+        f"(SELECT count(*) FROM kernels WHERE run_id = $1 AND attribution IN ('graph_capture', 'graph_replay'){kept})",
         [run_id],
     ).fetchone()
     ingest = info.get("ingest", {}) if isinstance(info, dict) else {}
@@ -299,6 +306,7 @@ def analyze_run(con: duckdb.DuckDBPyConnection, run_id: int, top: int | None = N
         "ops": ops,
         "kernels": kernels,
         "skipped": ingest.get("skipped", {}),
+        "excluded_traces": excluded,
         "notes": info.get("notes", []) if isinstance(info, dict) else [],
     }
     doc["notes"] = doc["notes"] + _missing_concrete_inputs_notes(con, run_id)

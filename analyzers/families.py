@@ -16,6 +16,8 @@ import re
 from dataclasses import dataclass
 from functools import lru_cache
 
+from ..kernel_names import COMMUNICATION_KERNEL_RE
+
 #: Families, in the order they are tried. ``bound_hint`` is where a kernel of the family
 #: usually sits when nothing else is known (None: no hint).
 FAMILIES = (
@@ -37,7 +39,7 @@ class KernelFamily:
 
 # (family, bound_hint, regex) — first match wins. Patterns match the lower-cased name.
 _RULES: tuple[tuple[str, str | None, str], ...] = (
-    ("communication", None, r"nccl|rccl|msccl|hccl|all_?reduce|allgather|reduce_?scatter|cross_device_reduce"),
+    ("communication", None, COMMUNICATION_KERNEL_RE),
     ("memory", "memory_bound", r"^(hip)?memcpy|^(hip)?memset|memcpy[dh]to[dh]"),
     # Before the attention rules: these names mention "flash" or "embedding" but move data.
     ("elementwise", "memory_bound",

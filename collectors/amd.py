@@ -883,7 +883,7 @@ class AmdSmiCliCollector(Collector):
     def _checked_ts(self, idx: int, key: str, vendor_ts: int | None, read_ns: int) -> int:
         """amd-smi's own timestamp while it is usable: later than the device's previous row and
         within :data:`CLI_TS_MAX_SKEW_NS` of the host clock. The first time it is not, the device
-        goes over to the host clock for good (a series never mixes two clocks) and it is said
+        goes over to the host clock for good (it never flips back and forth) and it is said
         once, with ``phase='clock'``, which the sampler's stats list as a clock fallback."""
         previous = self._last_ts.get(key)
         ts = read_ns
@@ -900,7 +900,7 @@ class AmdSmiCliCollector(Collector):
                 self._degrade(key, "timestamp", f"{problem}: the host clock is used for this device from now on",
                               phase="clock")
         if previous is not None and ts <= previous:
-            # only at the switch, when amd-smi's clock ran ahead of the host's (by < 5 s): keep the rows in order
+            # at the switch (amd-smi's clock may run up to 5 s ahead) or a host clock step: keep the rows in order
             ts = previous + 1
         self._last_ts[key] = ts
         return ts

@@ -123,6 +123,9 @@ def render_analysis(doc: dict[str, Any], top: int = 10) -> str:
                 continue
             spec = d.get("spec") or "spec unknown"
             out.append(f"  device {d['key']}: {d.get('name') or 'unnamed'} [{d.get('vendor')}, {spec}]")
+    for e in doc.get("excluded_traces") or ():
+        out.append(f"  not counted: trace {e['trace_id']} ({e['path'].rsplit('/', 1)[-1]}): it only captures "
+                   "CUDA/HIP graphs, which the run's other traces replay; it maps their kernels to ops")
     t = doc["time_us"]
     if not doc["gpu_activity"]:
         out.append("")

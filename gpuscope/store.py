@@ -256,6 +256,12 @@ def _migration_2_to_3(con: duckdb.DuckDBPyConnection) -> None:
 def _migration_3_to_4(con: duckdb.DuckDBPyConnection) -> None:
     # NVML's v2 memory query separates what the driver reserves from what is used.
     con.execute("ALTER TABLE samples ADD COLUMN IF NOT EXISTS mem_reserved_bytes BIGINT")
+    # Collectives that inference stacks write themselves (vLLM's custom all-reduce, symmetric
+    # memory's multimem_*) were stored as compute: one definition now (kernel_names).
+    from .kernel_names import COMMUNICATION_KERNEL_RE
+
+    con.execute("UPDATE kernels SET category = 'communication' WHERE kind = 'kernel' AND category = 'compute' "
+                "AND regexp_matches(name, ?, 'i')", [COMMUNICATION_KERNEL_RE])
     # Commands stored before secrets were redacted (`--api-key K`) are redacted in place.
     for run_id, command in con.execute("SELECT id, command FROM runs WHERE command IS NOT NULL").fetchall():
         redacted = redact_command(command)

@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from .kernel_names import COMMUNICATION_KERNEL_RE, MEMORY_KERNEL_RE
 from .redact import redact_command
 from .errors import GpuscopeError, InputError
 
@@ -716,8 +717,8 @@ def _reader_error(exc: Exception, files: Sequence[Path]) -> str:
 
 #: Categories of accelerators that are not GPUs gpuscope models (their events are ingested).
 ACCELERATOR_PREFIXES = {"mtia": "MTIA", "xpu": "Intel XPU", "hpu": "Gaudi HPU", "privateuse1": "PrivateUse1"}
-COMM_RE = "nccl|rccl|msccl|hccl"
-MEM_KERNEL_RE = "^(hip)?(memcpy|memset)"
+COMM_RE = COMMUNICATION_KERNEL_RE
+MEM_KERNEL_RE = MEMORY_KERNEL_RE
 
 
 @dataclass
@@ -917,9 +918,11 @@ _FINISH_LINK_SQL = """
 CREATE TEMP TABLE kernel_stage AS
 SELECT g.trace_id, g.dev_label, g.device_index, g.stream, g.kind,
        CASE WHEN g.kind <> 'kernel' THEN 'memory'
-            -- (every match holds "ccl": the cheap test spares most kernel names, ~300
-            -- characters long on average, the regular expression)
-            WHEN CASE WHEN g.name ILIKE '%ccl%' THEN regexp_matches(g.name, '{comm}', 'i') END THEN 'communication'
+            -- (every match holds one of these words: the cheap test spares most kernel names,
+            -- ~300 characters long on average, the regular expression)
+            WHEN CASE WHEN g.name ILIKE '%ccl%' OR g.name ILIKE '%all%' OR g.name ILIKE '%scatter%'
+                           OR g.name ILIKE '%multimem%' OR g.name ILIKE '%cross_device%'
+                      THEN regexp_matches(g.name, '{comm}', 'i') END THEN 'communication'
             ELSE 'compute' END AS category,
        g.name, g.ts_ns, g.dur_ns, g.correlation, coalesce(g.ext_id, r.ext_id) AS external_id,
        CASE WHEN r.name ILIKE '%GraphLaunch%' THEN NULL

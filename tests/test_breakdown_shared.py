@@ -11,9 +11,14 @@ steps, flooring ns timestamps to whole µs, counting CPU ops that carry a stream
 """
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 
-from conftest import run_cli, shared_trace
+from conftest import SHARED_TRACES, run_cli, shared_trace
 
 # trace: (compute, communication, memory, idle) in µs
 EXPECTED = {
@@ -23,7 +28,8 @@ EXPECTED = {
     "hta/cpu_only.pt.trace.json.gz": (0, 0, 0, 0),
     "hta/legacy_capitalized_categories.json.gz": (30, 0, 0, 1599),
     "hta/mi250_rocm6.2_minitoy_train.json.gz": (110.881, 0, 38.161, 8762.845),
-    "tracelens/b200_eager.json.gz": (10840.963, 21.953, 802.844, 72890.696),
+    # multimem_all_reduce_kernel (symmetric memory) is communication (design.md §4.2, 2026-11-25)
+    "tracelens/b200_eager.json.gz": (8721.415, 2141.501, 802.844, 72890.696),
     "tracelens/mi210_gpu_only.json.gz": (5343.422, 0, 0, 636.081),
     "tracelens/qwen1.5-0.5b-chat/h100.json.gz": (45432.698, 0, 214.602, 4005.532),
     "tracelens/qwen1.5-0.5b-chat/mi300x.json.gz": (43062.042, 0, 0.76, 4022.998),
@@ -116,3 +122,82 @@ def test_qwen_pair_both_vendors(db) -> None:
             "--json",
         ).json()
         assert rows[0]["lost"] == 0 and rows[0]["linked"] > 1000
+
+
+REFERENCE = SHARED_TRACES.parent.parent / "tools" / "reference_breakdown.py"
+
+
+def _reference(folder: Path, tmp_path: Path) -> dict:
+    if not REFERENCE.exists():
+        pytest.skip("../shared/tools/reference_breakdown.py is absent")
+    out = tmp_path / "ref.json"
+    subprocess.run([sys.executable, str(REFERENCE), str(folder), str(out)], check=True, capture_output=True)
+    return json.loads(out.read_text())
+
+
+@pytest.mark.parametrize("folder", ["hta", "tracelens", "tracelens/qwen1.5-0.5b-chat", "tracelens/vllm_decode_cudagraph"])
+def test_every_shared_trace_agrees_with_the_reference_script(folder: str, db, tmp_path: Path) -> None:
+    """Each trace alone, and the folder as one run, against reference_breakdown.py run now."""
+    path = shared_trace(folder)
+    ref = _reference(path, tmp_path)
+    for name, want in ref.items():
+        if name == "_run" or not want.get("gpu_events"):
+            continue
+        doc = run_cli("analyze", path / name, "--json").json()
+        for key in ("compute", "communication", "memory"):
+            assert doc["time_us"][key] == pytest.approx(want[key], rel=1e-9, abs=0.002), (name, key)
+        # the script sums absolute float timestamps: its idle carries float rounding
+        assert doc["time_us"]["idle"] == pytest.approx(want["idle"], rel=5e-4, abs=0.05), name
+    if any(r.get("gpu_events") for n, r in ref.items() if n != "_run") and folder.startswith("tracelens/"):
+        run = run_cli("analyze", path, "--json").json()
+        for key in ("compute", "communication", "memory"):
+            assert run["time_us"][key] == pytest.approx(ref["_run"][key], rel=1e-9, abs=0.002), key
+        assert run["time_us"]["idle"] == pytest.approx(ref["_run"]["idle"], rel=5e-4, abs=0.05)
+        assert sorted(Path(e["path"]).name for e in run["excluded_traces"]) == ref["_run"]["excluded"]
+
+
+def test_graph_capture_trace_beside_its_replay_is_not_counted(db) -> None:
+    folder = shared_trace("tracelens/vllm_decode_cudagraph")
+    doc = run_cli("analyze", folder, "--json").json()
+    t = doc["time_us"]
+    assert t["compute"] == pytest.approx(10674.517, abs=0.002) and t["memory"] == pytest.approx(43.191, abs=0.002)
+    assert t["idle"] == pytest.approx(25.473, abs=0.05)  # was 57,792 µs with the capture trace counted
+    (ex,) = doc["excluded_traces"]
+    assert ex["path"].endswith("graph_capture_rank_0.pt.trace.json.gz") and "captures" in ex["reason"]
+    assert sum(doc["roofline_us"].values()) == pytest.approx(t["compute"], abs=1e-6)
+    assert sum(k["total_us"] for k in doc["kernels"]) == pytest.approx(t["compute"] + t["memory"], abs=0.01)
+    # the replayed kernels still reach the ops that captured them
+    assert doc["counts"]["graph_kernels_mapped_to_ops"] > 0
+    assert not any("keeping it busy" in a.get("text", str(a)) for a in doc["advice"])
+    text = run_cli("analyze").out
+    assert "not counted: trace 0 (graph_capture_rank_0.pt.trace.json.gz)" in text
+
+
+def test_capture_trace_alone_is_analyzed_like_any_other(db) -> None:
+    doc = run_cli("analyze", shared_trace(
+        "tracelens/vllm_decode_cudagraph/graph_capture_rank_0.pt.trace.json.gz"), "--json").json()
+    assert doc["excluded_traces"] == [] and doc["time_us"]["idle"] == pytest.approx(57766.588, abs=0.05)
+
+
+def test_custom_collectives_are_communication_in_category_and_family(db) -> None:
+    from gpuscope.analyzers.families import kernel_family
+
+    doc = run_cli("analyze", shared_trace("tracelens/b200_eager.json.gz"), "--json").json()
+    multimem = [k for k in doc["kernels"] if "multimem" in k["name"]]
+    assert multimem and all(k["category"] == "communication" for k in multimem)
+    rows = run_cli("sql", "SELECT DISTINCT name, category FROM kernels WHERE kind = 'kernel'", "--json").json()
+    for r in rows:  # one definition: the category and the family never disagree about communication
+        assert (r["category"] == "communication") == (kernel_family(r["name"]).family == "communication"), r
+
+
+def test_stores_written_before_get_the_new_category(tmp_path: Path) -> None:
+    import duckdb
+
+    db = tmp_path / "old.duckdb"
+    assert run_cli("ingest", shared_trace("tracelens/b200_eager.json.gz"), "--db", db, "-q").code == 0
+    con = duckdb.connect(str(db))
+    con.execute("UPDATE kernels SET category = 'compute' WHERE name ILIKE '%multimem%'")  # as schema 3 stored it
+    con.execute("UPDATE meta SET value = '3' WHERE key = 'schema_version'")
+    con.close()
+    doc = run_cli("analyze", "--db", db, "--json").json()
+    assert doc["time_us"]["communication"] == pytest.approx(2141.501, abs=0.002)

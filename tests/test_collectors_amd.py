@@ -470,3 +470,20 @@ def test_clock_fallback_is_in_the_sampler_stats_and_the_store(tmp_path: Path, db
     finally:
         con.close()
     assert info["clock_fallbacks"] == {"amd/gpu0": reason}
+
+
+def test_devices_shows_the_rocm71_banner_and_why_metrics_are_missing(tmp_path: Path, monkeypatch) -> None:
+    exe = _fake_amd_smi(tmp_path, "mi300x_dpx_usage_after_permission_banner")
+    monkeypatch.setattr("gpuscope.collectors.amd.find_amd_smi", lambda: exe)
+    monkeypatch.setattr("gpuscope.collectors.amd.import_amdsmi", lambda *a, **k: (None, "amdsmi not importable", []))
+    monkeypatch.setitem(sys.modules, "pynvml", None)
+    r = run_cli("devices", "--json")
+    assert r.code == 0, r.err
+    gpu = next(d for d in r.json()["devices"] if d["vendor"] == "amd")
+    assert gpu["properties"]["notes"][0] == "Permission needed to access required GPU device node(s):"
+    assert gpu["supported"] == ["gpu_util", "mem_util"]
+    assert "amd-smi warned about device permissions" in gpu["unsupported"]["temp_c"]
+    text = run_cli("devices").out
+    assert "  note: Permission needed to access required GPU device node(s):" in text
+    assert "  note: - /dev/dri/card0: Permission denied; owner=root(0):video(39);" in text
+    assert "amd-smi warned about device permissions (render/video groups), see the note" in text

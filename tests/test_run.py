@@ -69,7 +69,8 @@ def test_program_without_torch_pays_nothing(tmp_path: Path) -> None:
     assert p.returncode == 0, p.stderr
     out = json.loads(p.stdout.strip().splitlines()[0])
     assert out == {"torch": False, "boot": False, "site": out["site"]}
-    assert out["site"].endswith(os.path.join("_bootstrap", "sitecustomize.py"))
+    # the run's private copy of the bootstrap (0700 run directory), not the installed one
+    assert out["site"].endswith(os.path.join("gpuscope-runs", "1-python", "bootstrap", "sitecustomize.py"))
 
 
 def test_bootstrap_chains_to_the_programs_own_sitecustomize(tmp_path: Path) -> None:
