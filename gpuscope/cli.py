@@ -17,6 +17,7 @@ from typing import Any
 
 from . import __version__
 from .errors import GpuscopeError, InputError, StoreError
+from .argtypes import positive_float, positive_int
 from .paths import default_db_path, private_umask
 
 EXIT_OK = 0
@@ -89,19 +90,9 @@ def run_ref_or_ingest(db: Path, ref: str | None, name: str | None = None, announ
 
 def add_inflate_argument(parser: argparse.ArgumentParser) -> None:
     """``--max-inflate-ratio``, for every command that ingests trace files."""
-    parser.add_argument("--max-inflate-ratio", type=_positive_float, default=None, metavar="N",
+    parser.add_argument("--max-inflate-ratio", type=positive_float, default=None, metavar="N",
                         help="refuse a .gz trace that inflates more than N times its compressed size once past "
                              "256 MiB (default 200; real traces inflate about 20x: a gzip bomb ~1000x)")
-
-
-def _positive_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-    if not value > 0 or value != value or value == float("inf"):
-        raise argparse.ArgumentTypeError(f"{text!r} must be a positive number")
-    return value
 
 
 def open_run_ref(
@@ -241,7 +232,7 @@ def build_parser() -> argparse.ArgumentParser:
                        description="Time breakdown (compute, communication, memory, idle), top kernels and top ops of a run. "
                                    "RUN is a run id or name (default: the newest run); a trace file or directory is ingested first.")
     s.add_argument("run", nargs="?", metavar="RUN", help="run id or name, or a trace path to ingest and analyze")
-    s.add_argument("--top", type=int, default=15, help="rows in the text report's top lists (default 15)")
+    s.add_argument("--top", type=positive_int, default=15, help="rows in the text report's top lists (default 15)")
     s.add_argument("--name", help="run name when RUN is a trace path")
     s.add_argument("--roof", choices=("spec", "measured"), default="spec",
                    help="judge against the spec-sheet peaks (default) or the newest `gpuscope calibrate` of the same GPU")
@@ -251,7 +242,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.set_defaults(func=cmd_analyze)
 
     s = sub.add_parser("runs", parents=[common, reporting], help="list runs, newest first")
-    s.add_argument("--limit", type=int, help="show at most this many runs")
+    s.add_argument("--limit", type=positive_int, metavar="N", help="show at most this many runs (the newest)")
     s.set_defaults(func=cmd_runs)
 
     s = sub.add_parser("sql", parents=[common, reporting], help="run a read-only SQL query over the store",

@@ -6,6 +6,8 @@ torch and duckdb are imported inside :func:`run`.
 from __future__ import annotations
 
 import argparse
+
+from .argtypes import non_negative_int
 import sys
 from pathlib import Path
 
@@ -31,7 +33,7 @@ def _float(text: str) -> float:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Add this command's arguments to its sub-parser."""
-    parser.add_argument("--device", type=int, metavar="N", help="GPU index as torch numbers it (default: the current one)")
+    parser.add_argument("--device", type=non_negative_int, metavar="N", help="GPU index as torch numbers it (default: the current one)")
     parser.add_argument("--dtypes", metavar="LIST",
                         help="comma-separated matmul dtypes among fp64, fp32, tf32, fp16, bf16, fp8, int8 "
                              "(default: bf16,fp16,fp32,tf32,fp8 on a GPU, fp32,bf16 on the CPU)")

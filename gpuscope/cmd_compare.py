@@ -4,6 +4,8 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from .argtypes import positive_int
+
 HELP = "two runs side by side, op by op (e.g. H100 vs MI300X)"
 DESCRIPTION = (
     "Compare two runs: ops matched by name, input shapes and dtypes, with GPU time, bound class and percent of "
@@ -18,7 +20,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Add this command's arguments to its sub-parser."""
     parser.add_argument("run_a", metavar="RUN_A", help="the baseline run (id, name, or trace path)")
     parser.add_argument("run_b", metavar="RUN_B", help="the run compared with it")
-    parser.add_argument("--top", type=int, default=15, help="rows per list in the text report (default 15)")
+    parser.add_argument("--top", type=positive_int, default=15, help="rows per list in the text report (default 15)")
     parser.add_argument("--roof", choices=("spec", "measured"), default="spec", help="roof to judge against")
     parser.add_argument("--gpu-a", metavar="KEY", help="override the GPU of RUN_A (spec key or name)")
     parser.add_argument("--gpu-b", metavar="KEY", help="override the GPU of RUN_B (spec key or name)")

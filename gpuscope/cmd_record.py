@@ -6,6 +6,8 @@ import json
 import sys
 from typing import Any
 
+from .argtypes import positive_int
+
 from .errors import InputError
 
 HELP = "record telemetry samples to a file (for replay in tests and demos)"
@@ -25,7 +27,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", required=True, metavar="FILE", help="the recording to write (.jsonl or .jsonl.gz)")
     parser.add_argument("--interval", type=float, default=0.1, metavar="S",
                         help="seconds between samples (default 0.1 = 10 Hz; at least 0.01 = 100 Hz)")
-    parser.add_argument("--pid", type=int, action="append", default=[], metavar="PID",
+    parser.add_argument("--pid", type=positive_int, action="append", default=[], metavar="PID",
                         help="also watch this process and its children (repeatable)")
     parser.add_argument("--no-host", action="store_true", help="leave the host's CPU and memory out")
     parser.add_argument("--note", help="a note stored in the recording's header")

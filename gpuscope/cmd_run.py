@@ -6,6 +6,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from .argtypes import non_negative_int, positive_int
+
 HELP = "run CMD with telemetry and profiler windows; store, analyze and summarize it"
 DESCRIPTION = (
     "Run CMD (everything after --, no shell) with telemetry sampling (NVML, AMD SMI, host) and, in its Python "
@@ -25,14 +27,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="seconds after the program imports torch before the first profiler window (default 5)")
     parser.add_argument("--profile-duration", type=float, default=3.0, metavar="S",
                         help="seconds each profiler window stays open (default 3)")
-    parser.add_argument("--profile-windows", type=int, default=1, metavar="N",
+    parser.add_argument("--profile-windows", type=positive_int, default=1, metavar="N",
                         help="number of profiler windows per process (default 1)")
     parser.add_argument("--profile-interval", type=float, default=None, metavar="S",
                         help="seconds between windows (default: the delay)")
     parser.add_argument("--no-profile", action="store_true", help="telemetry only: no profiler windows")
-    parser.add_argument("--tokens", type=int, help="tokens the program generated (else from gpuscope.mark(tokens=...))")
+    parser.add_argument("--tokens", type=non_negative_int, help="tokens the program generated (else from gpuscope.mark(tokens=...))")
     parser.add_argument("--no-analyze", action="store_true", help="store the run but do not analyze it")
-    parser.add_argument("--top", type=int, default=10, help="rows in the summary's top lists (default 10)")
+    parser.add_argument("--top", type=positive_int, default=10, help="rows in the summary's top lists (default 10)")
     parser.add_argument("--replay", metavar="FILE", help="play a recording (gpuscope record) back as the GPU telemetry, "
                         "looping, instead of reading the GPUs: for demos and tests")
     parser.add_argument("-q", "--quiet", action="store_true", help="no status line or progress on stderr")
