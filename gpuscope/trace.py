@@ -1433,6 +1433,10 @@ def ingest(
         ann_rows = con.execute("SELECT count(*) FROM annotation_stage").fetchone()[0]
         if gpu_rows == 0 and op_rows == 0 and ann_rows == 0:
             what = ", ".join(str(f) for f in files)
+            if counts.get("not_traces") and not infos:
+                # a folder of broken files: each file's own reason, not one summary that hides them
+                folders = ", ".join(str(p) for p in paths)
+                raise InputError(folders, "no usable trace: " + "; ".join(counts["not_traces"]))
             if total_events == 0:
                 raise InputError(what, "the trace holds no events")
             raise InputError(what, f"no trace events gpuscope can use among {total_events} entries (not a Kineto/Chrome trace?)")

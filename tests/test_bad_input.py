@@ -194,3 +194,23 @@ def test_an_empty_file_is_a_new_store(tmp_path) -> None:
     r = run_cli("ingest", write_trace(tmp_path / "ok.json", [kernel("k", 0.0, 1.0)]), "--db", db, "-q")
     assert r.code == 0, r.err
     assert [x["name"] for x in run_cli("runs", "--db", db, "--json").json()] == ["ok"]
+
+
+def test_folder_of_broken_files_names_each_files_reason(tmp_path) -> None:
+    import gzip as _gzip
+
+    folder = tmp_path / "broken"
+    folder.mkdir()
+    (folder / "empty.json").write_text("")
+    (folder / "trunc.json").write_text('{"traceEvents": [')
+    (folder / "nota.json").write_text('{"a": 1}')
+    (folder / "cut.json.gz").write_bytes(_gzip.compress(b'{"traceEvents": []}' * 50)[:30])
+    db = tmp_path / "s.duckdb"
+    r = run_cli("ingest", folder, "--db", db)
+    assert r.code == 2
+    (line,) = r.err.strip().splitlines()
+    assert line.startswith(f"gpuscope ingest: {folder}: no usable trace: ")
+    for name, why in (("empty.json", "empty file"), ("trunc.json", "truncated or malformed JSON"),
+                      ("nota.json", "JSON but not a trace"), ("cut.json.gz", "truncated gzip")):
+        assert f"{name} ({why}" in line, name
+    assert not db.exists()
