@@ -81,6 +81,28 @@ def _looks_like_path(ref: str) -> bool:
     return os.sep in ref or ref.lower().endswith((".json", ".gz")) or Path(ref).is_dir()
 
 
+def _already_ingested(db: Path, ref: str) -> tuple[int, str] | None:
+    """The newest complete run ingested from traces with the same content as ``ref``, if any."""
+    from . import store, trace
+
+    if not store.store_exists(db):
+        return None
+    try:
+        digest = trace.inputs_digest(trace.expand_paths([ref]))
+    except (InputError, OSError):
+        return None  # the ingest that follows says what is wrong with it
+    con = store.connect(db, read_only=True)
+    try:
+        row = con.execute(
+            "SELECT id, name FROM runs WHERE status = 'complete' AND source = 'ingest' "
+            "AND json_extract_string(info, '$.inputs_digest') = ? ORDER BY created_ns DESC, id DESC LIMIT 1",
+            [digest],
+        ).fetchone()
+    finally:
+        con.close()
+    return (int(row[0]), str(row[1])) if row else None
+
+
 def run_ref_or_ingest(db: Path, ref: str | None, name: str | None = None, announce: bool = False,
                       max_inflate_ratio: float | None = None) -> str | None:
     """A ``RUN`` argument as a run reference: a trace file or directory is ingested first and
@@ -103,6 +125,12 @@ def open_run_ref(
     run (None when nothing was ingested): reading the run on it spares opening the store again."""
     if ref is not None and Path(ref).exists() and _looks_like_path(ref):
         from . import trace
+
+        reused = _already_ingested(db, ref)
+        if reused is not None:
+            print(f"{ref}: already ingested as run {reused[0]} '{reused[1]}' (same content): using it "
+                  f"(gpuscope ingest makes a new run)", file=sys.stderr, flush=True)
+            return str(reused[0]), None
 
         result = trace.ingest(db, [ref], name=name, progress=trace.stderr_progress(sys.stderr.isatty()),
                               keep_open=keep_open, max_inflate_ratio=max_inflate_ratio or trace.MAX_INFLATE_RATIO)

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from typing import Any
 
 from .argtypes import positive_int
@@ -45,6 +46,9 @@ def run(args: argparse.Namespace) -> int:
     try:
         ra = store.resolve_run(con, ref_a, db)
         rb = store.resolve_run(con, ref_b, db)
+        if ra.id == rb.id:
+            print(f"gpuscope compare: RUN_A and RUN_B are the same run ({ra.id} '{ra.name}'): every ratio is 1",
+                  file=sys.stderr)
         doc_a = analyze_run(con, ra.id, roof=args.roof, gpu=args.gpu_a, specs_path=args.specs)
         doc_b = analyze_run(con, rb.id, roof=args.roof, gpu=args.gpu_b, specs_path=args.specs)
     finally:

@@ -367,6 +367,21 @@ def spool_events(path: Path, spool_dir: Path, stop: threading.Event | None = Non
     return SpooledTrace(path, spool, header, form, path.stat().st_size, json_bytes)
 
 
+def inputs_digest(files: Sequence[Path]) -> str:
+    """A digest of the trace files' contents (not their names or times): the same traces give
+    the same digest wherever they were copied. SHA-256 over each file's bytes, in order."""
+    import hashlib
+
+    whole = hashlib.sha256()
+    for f in files:
+        h = hashlib.sha256()
+        with open(f, "rb") as fh:
+            for block in iter(lambda: fh.read(1 << 20), b""):
+                h.update(block)
+        whole.update(h.digest())
+    return whole.hexdigest()
+
+
 def expand_paths(paths: Iterable[str | Path]) -> list[Path]:
     """Files as given; directories expanded to every ``*.json`` / ``*.json.gz`` inside
     (recursively, sorted). Raises :class:`InputError` for a missing path or an empty directory."""
@@ -1480,6 +1495,8 @@ def ingest(
             "ingest": {"skipped": counts["skipped"], "ignored": counts["ignored"], "linked": linked,
                        "accelerators": counts["accelerators"]},
             "notes": notes,
+            # what `analyze PATH` / `compare PATH` look for to reuse this run instead of ingesting again
+            "inputs_digest": inputs_digest(files),
         }
         progress(f"writing run to {db_path}")
         store.open_attached(con, db_path)
