@@ -161,7 +161,7 @@ def cmd_analyze(args: argparse.Namespace) -> int:
     if args.json:
         print_json(doc)
     else:
-        print(render_analysis(doc, top=args.top))
+        print(render_analysis(doc, top=args.top, wide=args.wide))
     return EXIT_OK
 
 
@@ -262,6 +262,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("run", nargs="?", metavar="RUN", help="run id or name, or a trace path to ingest and analyze")
     s.add_argument("--top", type=positive_int, default=15, help="rows in the text report's top lists (default 15)")
     s.add_argument("--name", help="run name when RUN is a trace path")
+    s.add_argument("--wide", action="store_true", help="show kernel names and shapes whole (--json always has them whole)")
     s.add_argument("--roof", choices=("spec", "measured"), default="spec",
                    help="judge against the spec-sheet peaks (default) or the newest `gpuscope calibrate` of the same GPU")
     s.add_argument("--gpu", metavar="KEY", help="the GPU to judge against (spec key or name), overriding identification")

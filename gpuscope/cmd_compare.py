@@ -26,6 +26,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--gpu-a", metavar="KEY", help="override the GPU of RUN_A (spec key or name)")
     parser.add_argument("--gpu-b", metavar="KEY", help="override the GPU of RUN_B (spec key or name)")
     parser.add_argument("--specs", metavar="FILE", help="extra/overriding GPU spec entries")
+    parser.add_argument("--wide", action="store_true", help="show names and shapes whole (--json always has them whole)")
     from .cli import add_inflate_argument
 
     add_inflate_argument(parser)
@@ -57,5 +58,5 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print_json(doc)
     else:
-        print(render_compare(doc, top=args.top))
+        print(render_compare(doc, top=args.top, wide=args.wide))
     return 0

@@ -55,6 +55,19 @@ def shorten(text: str | None, width: int) -> str:
     return text if len(text) <= width else text[: max(0, width - 1)] + "…"
 
 
+def _whole(text: str | None, width: int) -> str:
+    """``text`` on one line, whole (``--wide``)."""
+    return "-" if text is None else " ".join(str(text).split())
+
+
+def _kernel_names(kernels: Sequence[dict[str, Any]], width: int, wide: bool) -> list[str]:
+    """Kernel names for a table: whole with ``wide``, else shortened and still told apart."""
+    from .render.names import distinct_names
+
+    names = [k["name"] for k in kernels]
+    return [_whole(n, width) for n in names] if wide else distinct_names(names, width)
+
+
 def table(headers: Sequence[str], rows: Sequence[Sequence[Any]], align: str | None = None) -> str:
     """A plain-text table. ``align`` holds one of ``l``/``r`` per column."""
     cells = [[str(h) for h in headers]] + [["-" if c is None else str(c) for c in r] for r in rows]
@@ -110,8 +123,10 @@ def _dims(d: Any) -> str:
     return json.dumps(d, separators=(",", ":"))
 
 
-def render_analysis(doc: dict[str, Any], top: int = 10) -> str:
-    """The ``gpuscope analyze`` text report of an analysis document."""
+def render_analysis(doc: dict[str, Any], top: int = 10, wide: bool = False) -> str:
+    """The ``gpuscope analyze`` text report of an analysis document; ``wide`` shows names and
+    shapes whole instead of shortened to the terminal."""
+    cut = _whole if wide else shorten
     w = _width()
     run = doc["run"]
     out = [f"run {run['id']} '{run['name']}' ({run['source']}, {run['status']})"]
@@ -179,9 +194,9 @@ def render_analysis(doc: dict[str, Any], top: int = 10) -> str:
             name_w = max(30, w - 84)
             out.append(table(
                 ["kernel", "family", "bound", "calls", "total", "mean", "share", "of roof", "headroom"],
-                [(shorten(k["name"], name_w), k.get("family") or k["category"], _bound(k), k["count"],
+                [(name, k.get("family") or k["category"], _bound(k), k["count"],
                   fmt_us(k["total_us"]), fmt_us(k["mean_us"]), fmt_pct(k["total_us"], gpu_total), _roof_pct(k),
-                  fmt_us(k.get("saved_us"))) for k in ks],
+                  fmt_us(k.get("saved_us"))) for name, k in zip(_kernel_names(ks, name_w, wide), ks)],
                 "lllrrrrrr",
             ))
     ops = doc["ops"][:top]
@@ -194,8 +209,8 @@ def render_analysis(doc: dict[str, Any], top: int = 10) -> str:
             shape_w = max(20, w - name_w - 96)
             out.append(table(
                 ["op", "input shapes", "dtypes", "calls", key.lower(), "bound", "FLOP/s", "B/s", "of roof", "headroom"],
-                [(shorten(o["name"], name_w), shorten(_dims(o["input_dims"]), shape_w),
-                  shorten(_dims(o["input_types"]), 18), o["count"], fmt_us(o["kernel_us"]), _bound(o),
+                [(cut(o["name"], name_w), cut(_dims(o["input_dims"]), shape_w),
+                  cut(_dims(o["input_types"]), 18), o["count"], fmt_us(o["kernel_us"]), _bound(o),
                   fmt_rate(o.get("achieved_flops_per_s"), "FLOP/s") if o.get("flops") else "-",
                   fmt_rate(o.get("achieved_bytes_per_s"), "B/s"), _roof_pct(o), fmt_us(o.get("saved_us")))
                  for o in ops],
@@ -205,8 +220,8 @@ def render_analysis(doc: dict[str, Any], top: int = 10) -> str:
             shape_w = max(20, w - name_w - 50)
             out.append(table(
                 ["op", "input shapes", "dtypes", "calls", key.lower(), "FLOPs/call"],
-                [(shorten(o["name"], name_w), shorten(_dims(o["input_dims"]), shape_w),
-                  shorten(_dims(o["input_types"]), 24), o["count"], fmt_us(o["kernel_us"]),
+                [(cut(o["name"], name_w), cut(_dims(o["input_dims"]), shape_w),
+                  cut(_dims(o["input_types"]), 24), o["count"], fmt_us(o["kernel_us"]),
                   "-" if o.get("flops") is None else f"{o['flops']:.3g}") for o in ops],
                 "lllrrr",
             ))
@@ -291,8 +306,9 @@ def _ratio(r: float | None) -> str:
     return "-" if r is None else f"{r:.2f}x"
 
 
-def render_compare(doc: dict[str, Any], top: int = 15) -> str:
+def render_compare(doc: dict[str, Any], top: int = 15, wide: bool = False) -> str:
     """The ``gpuscope compare`` text report."""
+    cut = _whole if wide else shorten
     w = _width()
     a, b = doc["a"], doc["b"]
 
@@ -319,7 +335,7 @@ def render_compare(doc: dict[str, Any], top: int = 15) -> str:
         shape_w = max(16, w - 118)
         out.append(table(
             ["op", "input shapes", "A time", "A bound", "A roof", "B time", "B bound", "B roof", "B/A", "B-A"],
-            [(shorten(x["name"], name_w), shorten(_dims(x["input_dims"]), shape_w),
+            [(cut(x["name"], name_w), cut(_dims(x["input_dims"]), shape_w),
               fmt_us(x["a"]["kernel_us"]), _bound(x["a"]), _roof_pct(x["a"]),
               fmt_us(x["b"]["kernel_us"]), _bound(x["b"]), _roof_pct(x["b"]),
               _ratio(x["ratio"]), fmt_us(x["delta_us"])) for x in m],
@@ -332,7 +348,7 @@ def render_compare(doc: dict[str, Any], top: int = 15) -> str:
             out.append("")
             out.append(f"Only in {side}: {len(doc[key])} op signatures, {fmt_us(total)}")
             out.append(table(["op", "input shapes", "calls", "time", "bound"],
-                             [(shorten(r["name"], 36), shorten(_dims(r["input_dims"]), max(16, w - 80)), r["count"],
+                             [(cut(r["name"], 36), cut(_dims(r["input_dims"]), max(16, w - 80)), r["count"],
                                fmt_us(r["kernel_us"]), BOUND_LABEL.get(r.get("bound"), "-")) for r in rows_only],
                              "llrrl"))
     fam = doc["by_family"][:top]
