@@ -18,10 +18,40 @@ MEMORY_FAR_BELOW = 0.3
 LATENCY_SHARE = 0.3
 #: Idle time at least this share of the devices' span.
 IDLE_SHARE = 0.3
+#: Evidence a rule needs before it speaks: a launch-bound run has many short kernels, not one
+#: (a trace of a single 1.8 µs kernel is not a decode loop to put in a graph) ...
+LAUNCH_MIN_CALLS = 50
+LAUNCH_MIN_US = 200.0
+#: ... and an idle GPU is idle across many activities and a span worth looking at.
+IDLE_MIN_ACTIVITIES = 20
+IDLE_MIN_SPAN_US = 1000.0
+#: Op kinds that fusing can speed up. Attention, GEMM and convolution ops are already fused
+#: kernels (``_flash_attention_forward`` is one kernel), and copies are not fused away.
+FUSABLE_KINDS = frozenset({"elementwise", "norm", "softmax", "reduction", "embedding"})
 
 
 def _pct(x: float) -> str:
     return f"{100 * x:.0f}%"
+
+
+def _ms(us: float) -> str:
+    return f"{us / 1e3:.2f} ms" if us >= 1000 else f"{us:.0f} µs"
+
+
+def _share(part_us: float, compute_us: float) -> str:
+    """"6% of all compute time (1.20 ms of 20.3 ms)": a share that says of what."""
+    return f"{_pct(part_us / compute_us)} of all compute time ({_ms(part_us)} of {_ms(compute_us)})"
+
+
+def compact_dims(dims: Any) -> Any:
+    """Input shapes without the trailing empty entries (scalars and None arguments) that make
+    ``[[16,559,16,64], ..., [], [], [], []]`` unreadable."""
+    if not isinstance(dims, list):
+        return dims
+    out = list(dims)
+    while out and out[-1] in ([], None):
+        out.pop()
+    return out
 
 
 def advise(doc: dict[str, Any]) -> list[dict[str, Any]]:
@@ -54,29 +84,31 @@ def advise(doc: dict[str, Any]) -> list[dict[str, Any]]:
         out.append({
             "kind": "gemm_below_roof",
             "message": f"Compute-bound GEMMs run at {_pct(sum(o.get('roof_us') or 0 for o in gemm_slow) / gemm_us)} "
-                       f"of the roof and take {_pct(gemm_us / compute)} of compute time: {tip}. Largest: "
-                       f"{worst['name']} {worst.get('input_dims')} at {_pct(worst['pct_of_roof'])} of roof.",
+                       f"of the roof and take {_share(gemm_us, compute)}: {tip}. Largest: "
+                       f"{worst['name']} {compact_dims(worst.get('input_dims'))} at {_pct(worst['pct_of_roof'])} of roof.",
             "evidence": {"ops": len(gemm_slow), "kernel_us": gemm_us,
                          "saved_us_at_roof": sum(o.get("saved_us") or 0.0 for o in gemm_slow)},
         })
 
-    mem_slow = [o for o in doc.get("ops", []) if o.get("bound") == "memory_bound"
+    mem_slow = [o for o in doc.get("ops", []) if o.get("bound") == "memory_bound" and o.get("kind") in FUSABLE_KINDS
                 and o.get("pct_of_roof") is not None and o["pct_of_roof"] < MEMORY_FAR_BELOW]
     mem_us = sum(o["kernel_us"] for o in mem_slow)
     if mem_slow and mem_us >= MIN_SHARE * compute:
         worst = max(mem_slow, key=lambda o: o.get("saved_us") or 0.0)
         out.append({
             "kind": "memory_below_bandwidth",
-            "message": f"Memory-bound ops reach under {_pct(MEMORY_FAR_BELOW)} of peak bandwidth and take "
-                       f"{_pct(mem_us / compute)} of compute time: fuse chains of elementwise/norm ops "
+            "message": f"Elementwise, norm and reduction ops reach under {_pct(MEMORY_FAR_BELOW)} of peak "
+                       f"bandwidth and take {_share(mem_us, compute)}: fuse chains of them "
                        f"(torch.compile, fused kernels), avoid dtype round trips and non-contiguous copies. "
-                       f"Largest: {worst['name']} {worst.get('input_dims')} at {_pct(worst['pct_of_roof'])} of roof.",
+                       f"Largest: {worst['name']} {compact_dims(worst.get('input_dims'))} at "
+                       f"{_pct(worst['pct_of_roof'])} of roof.",
             "evidence": {"ops": len(mem_slow), "kernel_us": mem_us,
                          "saved_us_at_roof": sum(o.get("saved_us") or 0.0 for o in mem_slow)},
         })
 
     lat = float(doc.get("roofline_us", {}).get("latency_bound") or 0.0)
-    if lat >= LATENCY_SHARE * compute:
+    lat_calls = sum(int(k.get("count") or 0) for k in doc.get("kernels", []) if k.get("bound") == "latency_bound")
+    if lat >= LATENCY_SHARE * compute and lat >= LAUNCH_MIN_US and lat_calls >= LAUNCH_MIN_CALLS:
         graphs = doc.get("counts", {}).get("graph_replayed_kernels", 0)
         tip = ("capture the decode step in a CUDA/HIP graph (torch.compile mode='reduce-overhead', or vLLM's "
                "default graph capture) and use larger batches so each kernel has more work")
@@ -84,17 +116,19 @@ def advise(doc: dict[str, Any]) -> list[dict[str, Any]]:
             tip = "kernels are already replayed from graphs: larger batches (more work per kernel) or fewer, fused kernels"
         out.append({
             "kind": "launch_bound",
-            "message": f"{_pct(lat / compute)} of compute time is in latency-bound kernels (too little work per "
-                       f"kernel to load the GPU): {tip}.",
-            "evidence": {"latency_bound_us": lat, "compute_us": compute},
+            "message": f"Latency-bound kernels ({lat_calls} calls with too little work each to load the GPU) "
+                       f"take {_share(lat, compute)}: {tip}.",
+            "evidence": {"latency_bound_us": lat, "latency_bound_calls": lat_calls, "compute_us": compute},
         })
 
     span = sum(d.get("span_us") or 0.0 for d in doc.get("per_device", []))
     idle = float(doc["time_us"].get("idle") or 0.0)
-    if span > 0 and idle >= IDLE_SHARE * span:
+    activities = sum(int(d.get("activities") or 0) for d in doc.get("per_device", []))
+    if span >= IDLE_MIN_SPAN_US and activities >= IDLE_MIN_ACTIVITIES and idle >= IDLE_SHARE * span:
         out.append({
             "kind": "gpu_idle",
-            "message": f"The GPU is idle {_pct(idle / span)} of the time between its first and last activity: "
+            "message": f"The GPU is idle {_pct(idle / span)} of the time between its first and last activity "
+                       f"({_ms(idle)} of {_ms(span)}): "
                        "the CPU side (Python, launches, synchronisation, data loading) is not keeping it busy. "
                        "Look for host syncs (.item(), .cpu()), and use CUDA/HIP graphs or async input pipelines.",
             "evidence": {"idle_us": idle, "span_us": span},

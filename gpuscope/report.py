@@ -118,9 +118,26 @@ def _roof_pct(item: dict[str, Any]) -> str:
 
 
 def _dims(d: Any) -> str:
+    """Shapes or dtypes for a table: trailing empty entries (scalar and None arguments) dropped,
+    dtypes short (``bf16``, not ``c10::BFloat16``), as ``--json`` does."""
+    from .analyzers.advice import compact_dims
+
     if d is None:
         return ""
+    d = compact_dims(d)
+    if isinstance(d, list) and all(isinstance(x, str) for x in d):
+        return "[" + ",".join(_short_dtype(x) for x in d) + "]"
     return json.dumps(d, separators=(",", ":"))
+
+
+_DTYPE_SHORT = {"c10::BFloat16": "bf16", "c10::Half": "fp16", "float": "fp32", "double": "fp64", "long int": "int64",
+                "int": "int32", "bool": "bool", "c10::Float8_e4m3fn": "fp8e4m3", "c10::Float8_e5m2": "fp8e5m2",
+                "c10::Float8_e4m3fnuz": "fp8e4m3fnuz", "unsigned char": "uint8", "signed char": "int8",
+                "short int": "int16", "Scalar": "scalar", "ScalarList": "scalars", "TensorList": "tensors"}
+
+
+def _short_dtype(t: str) -> str:
+    return _DTYPE_SHORT.get(t, t) if t else "-"
 
 
 def render_analysis(doc: dict[str, Any], top: int = 10, wide: bool = False) -> str:
