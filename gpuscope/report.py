@@ -4,7 +4,7 @@ from __future__ import annotations
 import json
 import re
 import shutil
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from .redact import redact_command
@@ -60,22 +60,85 @@ def _whole(text: str | None, width: int) -> str:
     return "-" if text is None else " ".join(str(text).split())
 
 
-def _kernel_names(kernels: Sequence[dict[str, Any]], width: int, wide: bool) -> list[str]:
-    """Kernel names for a table: whole with ``wide``, else shortened and still told apart."""
+def _distinct_names(names: list[str], width: int) -> list[str]:
+    """Kernel names narrowed for a table and still told apart (render.names)."""
     from .render.names import distinct_names
 
-    names = [k["name"] for k in kernels]
-    return [_whole(n, width) for n in names] if wide else distinct_names(names, width)
+    return distinct_names(names, width)
 
 
-def table(headers: Sequence[str], rows: Sequence[Sequence[Any]], align: str | None = None) -> str:
-    """A plain-text table. ``align`` holds one of ``l``/``r`` per column."""
-    cells = [[str(h) for h in headers]] + [["-" if c is None else str(c) for c in r] for r in rows]
-    widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
+def _wrap_prose(lines: list[str], width: int | None) -> str:
+    """The report's lines, with any line still wider than the terminal (prose: notes, titles;
+    tables are fitted already) wrapped, keeping its indent."""
+    if width is None:
+        return "\n".join(lines)
+    out = []
+    for block in lines:
+        for line in block.split("\n"):
+            if len(line) <= width:
+                out.append(line)
+            else:
+                indent = line[: len(line) - len(line.lstrip())]
+                out.append(_prose(line.strip(), width, indent, indent + "  "))
+    return "\n".join(out)
+
+
+def _prose(text: str, width: int, first: str = "", rest: str = "") -> str:
+    """A paragraph wrapped to the terminal."""
+    import textwrap
+
+    return textwrap.fill(text, width=max(40, width), initial_indent=first, subsequent_indent=rest,
+                         break_long_words=False, break_on_hyphens=False)
+
+
+def table(headers: Sequence[str], rows: Sequence[Sequence[Any]], align: str | None = None, *,
+          width: int | None = None, drop: Sequence[str] = (), flex: str | None = None,
+          flex_fit: Callable[[list[str], int], list[str]] | None = None, flex_min: int = 30) -> str:
+    """A plain-text table. ``align`` holds one of ``l``/``r`` per column (numbers right).
+
+    With ``width``, the table fits in it: the columns named in ``drop`` go first, in that order,
+    until it fits, the ``flex`` column (names, commands) narrowed to ``flex_min`` before any goes
+    and further after the last, by ``flex_fit(values, width)`` or else by keeping the head and
+    tail of each value."""
+    from .render.names import fit
+
+    headers = [str(h) for h in headers]
+    body = [["-" if c is None else " ".join(str(c).split()) for c in r] for r in rows]
     align = align or "l" * len(headers)
+
+    def total(cols: list[int]) -> int:
+        return sum(max(len(headers[i]), *(len(r[i]) for r in body)) if body else len(headers[i]) for i in cols) \
+            + 2 * (len(cols) - 1)
+
+    cols = list(range(len(headers)))
+    fi = headers.index(flex) if flex in headers else None
+    full = [r[fi] for r in body] if fi is not None else []
+
+    def narrow(floor: int) -> None:
+        # the flex column takes what the others leave, down to `floor`
+        if fi is None or not body or total(cols) <= width:
+            return
+        others = total([c for c in cols if c != fi]) + 2
+        room = max(len(headers[fi]), floor, width - others)
+        fitted = flex_fit(full, room) if flex_fit else [fit(v, room) for v in full]
+        for r, v in zip(body, fitted):
+            r[fi] = v
+
+    if width is not None:
+        narrow(flex_min)
+        for name in drop:
+            if total(cols) <= width:
+                break
+            if name in headers and headers.index(name) in cols:
+                cols.remove(headers.index(name))
+                narrow(flex_min)
+        narrow(8)
+    cells = [[headers[i] for i in cols]] + [[r[i] for i in cols] for r in body]
+    aligns = [align[i] for i in cols]
+    widths = [max(len(r[k]) for r in cells) for k in range(len(cols))]
     lines = []
     for n, r in enumerate(cells):
-        parts = [c.rjust(w) if a == "r" else c.ljust(w) for c, w, a in zip(r, widths, align)]
+        parts = [c.rjust(w) if a == "r" else c.ljust(w) for c, w, a in zip(r, widths, aligns)]
         lines.append("  ".join(parts).rstrip())
         if n == 0:
             lines.append("  ".join("-" * w for w in widths))
@@ -83,7 +146,8 @@ def table(headers: Sequence[str], rows: Sequence[Sequence[Any]], align: str | No
 
 
 def _width() -> int:
-    return max(80, min(160, shutil.get_terminal_size((120, 24)).columns))
+    """The terminal's width ($COLUMNS first), at least 60 columns."""
+    return max(60, shutil.get_terminal_size((120, 24)).columns)
 
 
 BOUND_LABEL = {"compute_bound": "compute", "memory_bound": "memory", "latency_bound": "latency",
@@ -206,15 +270,15 @@ def render_analysis(doc: dict[str, Any], top: int = 10, wide: bool = False) -> s
         if ks:
             gpu_total = busy or 1.0
             out.append("")
-            out.append(f"Top {len(ks)} of {len(doc['kernels'])} kernels by GPU time "
-                       "(bound: (name) = from the kernel-name family, (short) = by duration, (graph) = via graph capture)")
-            name_w = max(30, w - 84)
+            out.append(_prose(f"Top {len(ks)} of {len(doc['kernels'])} kernels by GPU time (bound: (name) = from the "
+                              "kernel-name family, (short) = by duration, (graph) = via graph capture)", w))
             out.append(table(
                 ["kernel", "family", "bound", "calls", "total", "mean", "share", "of roof", "headroom"],
-                [(name, k.get("family") or k["category"], _bound(k), k["count"],
+                [(_whole(k["name"], 0), k.get("family") or k["category"], _bound(k), k["count"],
                   fmt_us(k["total_us"]), fmt_us(k["mean_us"]), fmt_pct(k["total_us"], gpu_total), _roof_pct(k),
-                  fmt_us(k.get("saved_us"))) for name, k in zip(_kernel_names(ks, name_w, wide), ks)],
-                "lllrrrrrr",
+                  fmt_us(k.get("saved_us"))) for k in ks],
+                "lllrrrrrr", width=None if wide else w, drop=("mean", "headroom", "family", "calls"),
+                flex="kernel", flex_fit=_distinct_names,
             ))
     ops = doc["ops"][:top]
     if ops:
@@ -223,31 +287,30 @@ def render_analysis(doc: dict[str, Any], top: int = 10, wide: bool = False) -> s
         out.append(f"Top {len(ops)} of {len(doc['ops'])} ops by {key} (op, input shapes, dtypes)")
         name_w = 30
         if doc["gpu_activity"]:
-            shape_w = max(20, w - name_w - 96)
             out.append(table(
                 ["op", "input shapes", "dtypes", "calls", key.lower(), "bound", "FLOP/s", "B/s", "of roof", "headroom"],
-                [(cut(o["name"], name_w), cut(_dims(o["input_dims"]), shape_w),
+                [(cut(o["name"], name_w), _dims(o["input_dims"]),
                   cut(_dims(o["input_types"]), 18), o["count"], fmt_us(o["kernel_us"]), _bound(o),
                   fmt_rate(o.get("achieved_flops_per_s"), "FLOP/s") if o.get("flops") else "-",
                   fmt_rate(o.get("achieved_bytes_per_s"), "B/s"), _roof_pct(o), fmt_us(o.get("saved_us")))
                  for o in ops],
-                "lllrrlrrrr",
+                "lllrrlrrrr", width=None if wide else w, drop=("FLOP/s", "B/s", "headroom", "dtypes", "calls"),
+                flex="input shapes", flex_min=20,
             ))
         else:
-            shape_w = max(20, w - name_w - 50)
             out.append(table(
                 ["op", "input shapes", "dtypes", "calls", key.lower(), "FLOPs/call"],
-                [(cut(o["name"], name_w), cut(_dims(o["input_dims"]), shape_w),
+                [(cut(o["name"], name_w), _dims(o["input_dims"]),
                   cut(_dims(o["input_types"]), 24), o["count"], fmt_us(o["kernel_us"]),
                   "-" if o.get("flops") is None else f"{o['flops']:.3g}") for o in ops],
-                "lllrrr",
+                "lllrrr", width=None if wide else w, drop=("dtypes", "FLOPs/call"), flex="input shapes", flex_min=20,
             ))
     advice = doc.get("advice") or []
     if advice:
         out.append("")
         out.append("Advice")
         for a in advice:
-            out.append(f"  - {a['message']}")
+            out.append(_prose(a["message"], w, "  - ", "    "))
     c = doc["counts"]
     if doc["gpu_activity"] and c["gpu_activities_without_op"]:
         out.append("")
@@ -273,7 +336,7 @@ def render_analysis(doc: dict[str, Any], top: int = 10, wide: bool = False) -> s
              and "kernels replayed from CUDA/HIP graphs" not in n]
     for n in notes:
         out.append(f"note: {n}")
-    return "\n".join(out)
+    return _wrap_prose(out, None if wide else w)
 
 
 def render_runs(runs: list[dict[str, Any]]) -> str:
@@ -284,12 +347,14 @@ def render_runs(runs: list[dict[str, Any]]) -> str:
     rows = []
     for r in runs:
         dur = (r["ended_ns"] - r["started_ns"]) / 1e3 if r["ended_ns"] and r["started_ns"] else None
-        rows.append((r["id"], shorten(r["name"], 28), r["status"], r["source"], fmt_ns_time(r["started_ns"]),
-                     fmt_us(dur), r["samples"], r["kernels"], r["ops"],
-                     "-" if r["exit_code"] is None else r["exit_code"],
-                     shorten(redact_command(r["command"]), max(20, w - 120))))
+        rows.append((r["id"], shorten(r["name"], 28 if w >= 100 else 20), r["status"], r["source"],
+                     fmt_ns_time(r["started_ns"]), fmt_us(dur), r["samples"], r["kernels"], r["ops"],
+                     "-" if r["exit_code"] is None else r["exit_code"], redact_command(r["command"])))
+    # what identifies a run stays; counts go first when the terminal is narrow; the command
+    # keeps its head and tail (the program and the file), cut in the middle
     return table(["id", "name", "status", "source", "started", "duration", "samples", "kernels", "ops", "exit",
-                  "command"], rows, "rllllrrrrrl")
+                  "command"], rows, "rllllrrrrrl", width=w, drop=("samples", "ops", "kernels", "source", "exit", "duration"),
+                 flex="command")
 
 
 def render_ingest(doc: dict[str, Any]) -> str:
@@ -314,9 +379,14 @@ def render_ingest(doc: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def render_rows(columns: Sequence[str], rows: Sequence[Sequence[Any]], max_width: int = 60) -> str:
-    """A SQL result as a text table."""
-    return table(list(columns), [[shorten(str(c), max_width) if c is not None else None for c in r] for r in rows])
+def render_rows(columns: Sequence[str], rows: Sequence[Sequence[Any]], max_width: int | None = 60) -> str:
+    """A SQL result as a text table: numbers right-aligned, NULL as ``-``, values cut at
+    ``max_width`` characters (None: whole, ``sql --wide``)."""
+    numeric = [all(isinstance(r[i], (int, float)) and not isinstance(r[i], bool) for r in rows if r[i] is not None)
+               and any(r[i] is not None for r in rows) for i in range(len(columns))]
+    cut = _whole if max_width is None else shorten
+    return table(list(columns), [[cut(str(c), max_width or 0) if c is not None else None for c in r] for r in rows],
+                 "".join("r" if n else "l" for n in numeric))
 
 
 def _ratio(r: float | None) -> str:
@@ -349,14 +419,14 @@ def render_compare(doc: dict[str, Any], top: int = 15, wide: bool = False) -> st
         out.append("")
         out.append(f"Matched ops, largest differences first ({len(doc['matched'])} matched by name, shapes and dtypes)")
         name_w = 28
-        shape_w = max(16, w - 118)
         out.append(table(
             ["op", "input shapes", "A time", "A bound", "A roof", "B time", "B bound", "B roof", "B/A", "B-A"],
-            [(cut(x["name"], name_w), cut(_dims(x["input_dims"]), shape_w),
+            [(cut(x["name"], name_w), _dims(x["input_dims"]),
               fmt_us(x["a"]["kernel_us"]), _bound(x["a"]), _roof_pct(x["a"]),
               fmt_us(x["b"]["kernel_us"]), _bound(x["b"]), _roof_pct(x["b"]),
               _ratio(x["ratio"]), fmt_us(x["delta_us"])) for x in m],
-            "llrlrrlrrr",
+            "llrlrrlrrr", width=None if wide else w, drop=("A roof", "B roof", "B-A", "A bound", "B bound"),
+            flex="input shapes", flex_min=16,
         ))
     for side, key in (("A", "only_a"), ("B", "only_b")):
         rows_only = doc[key][:top]
@@ -365,9 +435,9 @@ def render_compare(doc: dict[str, Any], top: int = 15, wide: bool = False) -> st
             out.append("")
             out.append(f"Only in {side}: {len(doc[key])} op signatures, {fmt_us(total)}")
             out.append(table(["op", "input shapes", "calls", "time", "bound"],
-                             [(cut(r["name"], 36), cut(_dims(r["input_dims"]), max(16, w - 80)), r["count"],
+                             [(cut(r["name"], 36), _dims(r["input_dims"]), r["count"],
                                fmt_us(r["kernel_us"]), BOUND_LABEL.get(r.get("bound"), "-")) for r in rows_only],
-                             "llrrl"))
+                             "llrrl", width=None if wide else w, drop=("calls",), flex="input shapes", flex_min=16))
     fam = doc["by_family"][:top]
     if fam:
         out.append("")
@@ -375,7 +445,7 @@ def render_compare(doc: dict[str, Any], top: int = 15, wide: bool = False) -> st
         out.append(table(["family", "A", "B", "B/A", "B-A"],
                          [(f["family"], fmt_us(f["a_us"]), fmt_us(f["b_us"]), _ratio(f["ratio"]), fmt_us(f["delta_us"]))
                           for f in fam], "lrrrr"))
-    return "\n".join(out)
+    return _wrap_prose(out, None if wide else w)
 
 
 def _telemetry_stats(st: dict[str, Any]) -> str:
