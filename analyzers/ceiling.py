@@ -228,7 +228,8 @@ def _short(spec: GpuSpec) -> str:
 def _realistic(spec: GpuSpec, db: SpecDB | None, bytes_per_step: float, num_gpus: int,
                compute_bound: float | None) -> dict[str, Any]:
     ms = [(spec.key, m) for m in spec.bandwidth_measurements()]
-    basis = "this GPU"
+    # published measurements of this model (the spec data), not of the machine gpuscope runs on
+    basis = f"{spec.key} (published measurements)"
     if not ms and db is not None:
         ms = [(s.key, m) for s in db.all() if s.vendor == spec.vendor for m in s.bandwidth_measurements()]
         vendor = {"amd": "AMD", "nvidia": "NVIDIA"}.get(spec.vendor, spec.vendor)
@@ -431,9 +432,10 @@ def decode_ceiling(
     capacity = float(spec.memory_bytes) * num_gpus if spec.memory_bytes else None
     fits = None if capacity is None else bytes_per_step <= capacity
     if fits is False:
-        notes.append(f"{_size(bytes_per_step)} does not fit in {num_gpus if num_gpus > 1 else 'one'} × {_size(spec.memory_bytes or 0)} "
-                     f"of {spec.key} memory: the ceiling is for a GPU that could hold it; pass --gpus N for N GPUs "
-                     "sharing the model (tensor parallel)")
+        where = (f"the {_size(spec.memory_bytes or 0)} of one {spec.key}" if num_gpus == 1 else
+                 f"{num_gpus} × {_size(spec.memory_bytes or 0)} of {spec.key} memory")
+        notes.append(f"{_size(bytes_per_step)} does not fit in {where}: the ceiling is for a GPU that could hold "
+                     "it; pass --gpus N for N GPUs sharing the model (tensor parallel)")
     if spec.visible_as:
         notes.append(f"{spec.key} is a package of {spec.devices_per_package} devices ({spec.visible_as}); "
                      "its bandwidth is the sum over them")

@@ -22,7 +22,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("run_a", metavar="RUN_A", help="the baseline run (id, name, or trace path)")
     parser.add_argument("run_b", metavar="RUN_B", help="the run compared with it")
     parser.add_argument("--top", type=positive_int, default=15, help="rows per list in the text report (default 15)")
-    parser.add_argument("--roof", choices=("spec", "measured"), default="spec", help="roof to judge against")
+    parser.add_argument("--roof", choices=("spec", "measured"), default="spec",
+                        help="judge against the spec-sheet peaks (default) or the newest `gpuscope calibrate` of each GPU")
     parser.add_argument("--gpu-a", metavar="KEY", help="override the GPU of RUN_A (spec key or name)")
     parser.add_argument("--gpu-b", metavar="KEY", help="override the GPU of RUN_B (spec key or name)")
     parser.add_argument("--specs", metavar="FILE", help="extra/overriding GPU spec entries")

@@ -64,7 +64,9 @@ def render(doc: dict[str, Any], all_reasons: bool = False) -> str:
         lines.append("no GPU found on this machine (see the reasons above); telemetry would record the host only")
     for d in doc["devices"]:
         lines.append("")
-        head = f"{d['key']}  {d['vendor']} {d['kind']}  {d['name'] or '(unnamed)'}"
+        # the host row is "host  AMD EPYC ...", not "host  host host  AMD EPYC ..."
+        head = f"{d['key']}  {d['name'] or '(unnamed)'}" if d["kind"] == "host" else \
+            f"{d['key']}  {d['vendor']} {d['kind']}  {d['name'] or '(unnamed)'}"
         if d["kind"] != "host":
             spec = d["spec"] or "unknown GPU (no spec entry)"
             head += f"  spec: {spec}" + ("" if d["spec_exact"] in (None, True) else " (closest match)")

@@ -29,7 +29,7 @@ def run(args: argparse.Namespace) -> int:
     db = load_specs(args.specs)
     if args.gpu is None:
         if args.json:
-            print_json([s.to_json() for s in db.all()])
+            print_json({"schema": "gpuscope.specs/1", "gpus": [s.to_json() for s in db.all()]})
         else:
             print(render_table(db))
         return 0
@@ -61,7 +61,8 @@ def render_table(db: Any) -> str:
     for s in db.all():
         cu = f"{s.compute_units} {s.compute_unit_kind or ''}".strip() if s.compute_units else "—"
         ridge = s.ridge_flop_per_byte("bf16")
-        rows.append([s.key, s.name, _t(s.memory_bytes, 1e9, "{:g}"), _t(s.mem_bw_bytes_per_s),
+        # fixed decimals so the column lines up on the decimal point
+        rows.append([s.key, s.name, _t(s.memory_bytes, 1e9, "{:g}"), _t(s.mem_bw_bytes_per_s, fmt="{:.2f}"),
                      _t(s.peak_flops("bf16"), fmt="{:g}"), _t(s.peak_flops("fp16"), fmt="{:g}"),
                      _t(s.peak_flops("fp8"), fmt="{:g}"), "—" if ridge is None else f"{ridge:.1f}", cu])
     text = _table(cols, rows, "ll" + "r" * (len(cols) - 2))

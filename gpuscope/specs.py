@@ -846,7 +846,8 @@ class SpecDB:
                 nearest = f"; the nearest entry is '{o.nearest}', whose numbers differ" if o.nearest else ""
                 raise InputError(label, f"this is the {o.what}, which the spec database does not describe"
                                         f"{nearest}; {_ADD_HINT}")
-            cands = [f"{s.key} ({s.name})" for s in found] + [f"{o.names[0]} (not in the database)" for o in others]
+            # keys a user can pass; a device the database does not describe is no candidate
+            cands = [f"{s.key} ({s.name})" for s in found] or [f"{o.names[0]} (not in the database)" for o in others]
             raise InputError(label, f"ambiguous GPU name: it matches {', '.join(cands)}; pass one of the keys")
         raise InputError(label, f"unknown GPU (known: {', '.join(self.keys())}; {_ADD_HINT})")
 

@@ -59,7 +59,7 @@ def test_70b_fp16_on_mi300x(specdb) -> None:
     assert r.fits_in_memory is True
     # measured STREAM on MI300X is 77.2-77.5% of spec (S24)
     real = r.realistic
-    assert real["basis"] == "this GPU"
+    assert real["basis"] == "mi300x (published measurements)"
     assert (real["bandwidth_fraction_low"], real["bandwidth_fraction_high"]) == (0.772, 0.775)
     assert real["ceiling_tokens_per_s"] == pytest.approx(5.3e12 * 0.7735 / 140e9)
     ok = decode_ceiling(specdb.get("mi300x"), params=70e9, dtype="fp16", claimed_tokens_per_s=30)

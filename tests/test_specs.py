@@ -385,15 +385,16 @@ def test_cli_specs_table(specdb) -> None:
     for s in specdb.all():
         assert re.search(rf"^{re.escape(s.key)}\s", r.out, re.M), s.key
     line = next(ln for ln in r.out.splitlines() if ln.startswith("mi300x "))
-    assert "192" in line and "5.3" in line and "1307.4" in line and "2614.9" in line and "246.7" in line and "304 CU" in line
+    assert "192" in line and "5.30" in line and "1307.4" in line and "2614.9" in line and "246.7" in line and "304 CU" in line
 
 
 def test_cli_specs_json_list(specdb) -> None:
     r = run_cli("specs", "--json")
     assert r.code == 0, r.err
     doc = r.json()
-    assert [d["key"] for d in doc] == [s.key for s in specdb.all()]
-    for d in doc:
+    assert doc["schema"] == "gpuscope.specs/1"
+    assert [d["key"] for d in doc["gpus"]] == [s.key for s in specdb.all()]
+    for d in doc["gpus"]:
         for dt in DTYPES:
             peak = d["peak_flops_per_s"][dt]
             ridge = d["ridge_flop_per_byte"][dt]
@@ -464,3 +465,19 @@ def test_spec_type_is_frozen(specdb) -> None:
     with pytest.raises(AttributeError):
         s.key = "x"  # type: ignore[misc]
     assert hash(s) == hash(specdb.get("h100-sxm")) and not math.isnan(s.ridge_flop_per_byte("bf16"))
+
+
+def test_small_things_a_careful_reader_trips_on(specdb) -> None:
+    # the TB/s column lines up on the decimal point
+    lines = run_cli("specs").out.splitlines()
+    header = lines[0]
+    col = header.index("TB/s") + len("TB/s")
+    dots = {ln[:col].rstrip()[-3] for ln in lines[2:] if ln[:col].rstrip()[-1:].isdigit()}
+    assert dots == {"."}
+    # an ambiguous name lists only keys one can pass
+    r = run_cli("specs", "h100")
+    assert "not in the database" not in r.err and "h100-sxm" in r.err
+    # the ceiling's note says whose memory, and its realistic line does not speak of "this GPU"
+    c = run_cli("ceiling", "--gpu", "mi300x", "--params", "700B", "--dtype", "fp16").out
+    assert "does not fit in the 192.0 GB of one mi300x" in c and "one ×" not in c
+    assert "on this GPU" not in c and "mi300x (published measurements)" in c

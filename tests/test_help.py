@@ -1,0 +1,37 @@
+"""Help and small texts a careful reader checks: commands in the README's order, every command
+described, defaults stated, the host row of `devices` read once."""
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from conftest import run_cli
+
+README = Path(__file__).resolve().parents[1] / "README.md"
+
+
+def test_help_lists_commands_in_the_readmes_order() -> None:
+    readme = [m.group(1) for m in re.finditer(r"^\| `gpuscope (\w+)", README.read_text(), re.M)]
+    out = run_cli("--help").out
+    listed = [m.group(1) for m in re.finditer(r"^    (\w+)", out, re.M)]
+    assert listed == readme
+
+
+def test_every_command_has_a_description() -> None:
+    from gpuscope.cli import HELP_ORDER
+
+    for cmd in HELP_ORDER:
+        out = run_cli(cmd, "--help").out
+        paragraphs = out.split("\n\n")
+        assert len(paragraphs) > 2 and not paragraphs[1].startswith(("positional", "options")), cmd
+    roof_help = run_cli("compare", "--help").out.split("  --roof")[1]
+    assert "(default)" in " ".join(roof_help.split())[:200]
+
+
+def test_devices_host_line_names_the_cpu_once(monkeypatch) -> None:
+    import sys
+
+    monkeypatch.setitem(sys.modules, "pynvml", None)
+    out = run_cli("devices").out
+    host = next(ln for ln in out.splitlines() if ln.startswith("host "))
+    assert not host.startswith("host  host host")
