@@ -316,18 +316,28 @@ def analyze_run(con: duckdb.DuckDBPyConnection, run_id: int, top: int | None = N
 
 def _missing_concrete_inputs_notes(con: duckdb.DuckDBPyConnection, run_id: int) -> list[str]:
     """One note when convolutions went without a cost because the trace lacks their scalar
-    arguments (older torch records no ``Concrete Inputs``): the cost model does not guess."""
+    arguments (older torch records no ``Concrete Inputs``): the cost model does not guess.
+
+    Calls are counted once, at the outermost convolution op (``conv2d`` calls ``convolution``,
+    ``_convolution`` and a backend op, all of them the same call)."""
     from .costmodel import NEEDS_CONCRETE_INPUTS
 
     names = sorted(NEEDS_CONCRETE_INPUTS)
+    in_names = ", ".join("?" * len(names))
+    blank = "IS NULL OR trim({c}) IN ('', '[]') OR regexp_matches({c}, '^\\[(\\s*(\"\"|\\[\\])\\s*,?)*\\]$')"
     row = con.execute(
-        f"SELECT count(DISTINCT name), count(*) FROM ops WHERE run_id = ? AND name IN ({', '.join('?' * len(names))}) "
-        "AND (concrete_inputs IS NULL OR trim(concrete_inputs) IN ('', '[]') "
-        "     OR regexp_matches(concrete_inputs, '^\\[(\\s*\"\"\\s*,?)*\\]$'))",
-        [run_id, *names],
+        f"SELECT count(*), count(*) FILTER (WHERE NOT (o.input_dims {blank.format(c='o.input_dims')})) "
+        f"FROM ops o LEFT JOIN ops p ON p.run_id = o.run_id AND p.op_id = o.parent_op_id "
+        f"WHERE o.run_id = ? AND o.name IN ({in_names}) AND (o.concrete_inputs {blank.format(c='o.concrete_inputs')}) "
+        f"AND (p.name IS NULL OR p.name NOT IN ({in_names}))",
+        [run_id, *names, *names],
     ).fetchone()
-    if not row or not row[1]:
+    if not row or not row[0]:
         return []
-    return [f"{row[1]} convolution call(s) ({row[0]} op name(s)) have no FLOPs or bytes: the trace records no "
-            "'Concrete Inputs' (stride, padding, dilation, groups), which older torch versions leave out; "
-            "gpuscope does not guess them. Record with a recent torch (record_shapes=True) to cost them."]
+    if not row[1]:
+        why = "the trace records no input shapes (profile with record_shapes=True to cost them)"
+    else:
+        why = ("the trace records no 'Concrete Inputs' (stride, padding, dilation, groups), which torch "
+               "before 2.1 leaves out; gpuscope does not guess them (record with a newer torch and "
+               "record_shapes=True to cost them)")
+    return [f"{row[0]} convolution call(s) have no FLOPs or bytes: {why}"]

@@ -650,7 +650,7 @@ _register(["vllm::rocm_unquantized_gemm"],
 # --------------------------------------------------------------------------------------------
 
 # name -> (bias index or None, stride, padding, dilation, transposed (index | bool),
-#          output_padding index or None, groups index)
+#          output_padding index or None, groups index or None)
 _CONV_LAYOUTS: dict[str, tuple[int | None, int, int, int | None, int | bool, int | None, int | None]] = {
     "aten::convolution": (2, 3, 4, 5, 6, 7, 8),
     "aten::_convolution": (2, 3, 4, 5, 6, 7, 8),
@@ -668,6 +668,17 @@ _CONV_LAYOUTS: dict[str, tuple[int | None, int, int, int | None, int | bool, int
     "aten::miopen_depthwise_convolution": (2, 4, 3, 5, False, None, 6),
     "aten::miopen_convolution_transpose": (2, 5, 3, 6, True, 4, 7),
     "aten::mkldnn_convolution": (2, 4, 3, 5, False, None, 6),
+    # fused conv + (add +) ReLU of frozen TorchScript graphs: (self, weight, [z, alpha,] bias, ...)
+    "aten::cudnn_convolution_relu": (2, 3, 4, 5, False, None, 6),
+    "aten::cudnn_convolution_add_relu": (4, 5, 6, 7, False, None, 8),
+    "aten::miopen_convolution_relu": (2, 3, 4, 5, False, None, 6),
+    "aten::miopen_convolution_add_relu": (4, 5, 6, 7, False, None, 8),
+    # CUDA's own depthwise kernels, which _convolution runs for depthwise shapes it does not
+    # give cuDNN (conv1d included, viewed as 2-D): (self, weight, kernel_size, bias, stride,
+    # padding, dilation); no groups argument, see _GROUPS_FROM_SHAPES
+    "aten::_conv_depthwise2d": (3, 4, 5, 6, False, None, None),
+    "aten::conv_depthwise3d": (3, 4, 5, 6, False, None, None),
+    "aten::_nnpack_spatial_convolution": (2, 4, 3, None, False, None, None),
     # CPU fallbacks: (self, weight, kernel_size, bias, stride, padding[, dilation | output_padding])
     "aten::_slow_conv2d_forward": (3, 4, 5, None, False, None, None),
     "aten::thnn_conv2d": (3, 4, 5, None, False, None, None),
@@ -678,6 +689,10 @@ _CONV_LAYOUTS: dict[str, tuple[int | None, int, int, int | None, int | bool, int
     "aten::slow_conv_transpose2d": (3, 4, 5, 7, True, 6, None),
     "aten::slow_conv_transpose3d": (3, 4, 5, 7, True, 6, None),
 }
+#: Depthwise backends without a groups argument: groups is the input's channel count.
+_GROUPS_FROM_SHAPES = frozenset({"aten::_conv_depthwise2d", "aten::conv_depthwise3d"})
+#: Tensor arguments read besides input, weight and bias (the residual ``z`` of add_relu).
+_CONV_EXTRA_READS = {"aten::cudnn_convolution_add_relu": 2, "aten::miopen_convolution_add_relu": 2}
 
 
 def _conv(call: _Call) -> OpCost | None:
@@ -703,7 +718,10 @@ def _conv(call: _Call) -> OpCost | None:
     stride, padding, dilation = spatial(s_i, 1), spatial(p_i, 0), spatial(d_i, 1)
     transposed = t_i if isinstance(t_i, bool) else bool(call.c_bool(t_i, False))
     out_pad = spatial(op_i, 0) if transposed else [0] * nsp
-    groups = call.c_int(g_i) if g_i is not None and call.c(g_i).strip() else 1
+    if call.name in _GROUPS_FROM_SHAPES:
+        groups: int | None = x[1] if w[1] == 1 else None
+    else:
+        groups = call.c_int(g_i) if g_i is not None and call.c(g_i).strip() else 1
     if stride is None or padding is None or dilation is None or out_pad is None or not groups:
         return None
     if min(stride) <= 0 or groups <= 0:
@@ -728,10 +746,14 @@ def _conv(call: _Call) -> OpCost | None:
     conv_shape = x[2:] if transposed else tuple(sp)
     flops = 2 * _numel(conv_shape) * _numel(ksz) * x[0] * w[0] * w[1]
     bias = call.nbytes(b_i) if b_i is not None else 0
-    nbytes = call.nbytes(0) + call.nbytes(1) + bias + _numel(out) * call.bpe(0)
+    extra = call.nbytes(_CONV_EXTRA_READS[call.name]) if call.name in _CONV_EXTRA_READS else 0
+    nbytes = call.nbytes(0) + call.nbytes(1) + bias + extra + _numel(out) * call.bpe(0)
     # cuDNN runs fp32 convolutions in TF32 by default (torch.backends.cudnn.allow_tf32=True)
     dtype = _matrix_roof([call.type(0), call.type(1)], fp32_as="tf32")
     model = ("conv_transpose" if transposed else "conv") + f"{nsp}d"
+    if call.name.endswith("_relu"):
+        # the add and the ReLU are not counted, as FlopCounterMode leaves out addmm's bias add
+        model += " add_relu" if call.name in _CONV_EXTRA_READS else " relu"
     return _cost(flops, nbytes, dtype, "conv", model)
 
 
