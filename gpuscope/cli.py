@@ -85,6 +85,7 @@ def _already_ingested(db: Path, ref: str) -> tuple[int, str] | None:
     """The newest complete run ingested from traces with the same content as ``ref``, if any."""
     from . import store, trace
 
+    store.check_store_path(db)  # a --db that cannot be a store is its own error, before any work
     if not store.store_exists(db):
         return None
     try:
@@ -188,38 +189,15 @@ def cmd_runs(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _refusal_reason(message: str) -> str:
-    """DuckDB's permission error, without its "Permission Error: " prefix."""
-    first = message.splitlines()[0]
-    return first.split("Error: ", 1)[1] if "Error: " in first else first
-
-
 def cmd_sql(args: argparse.Namespace) -> int:
-    from ._db import duckdb
-
-    from . import store
+    from . import user_query
     from .report import render_rows
 
-    con = store.connect_for_user_query(_db(args))
-    try:
-        try:
-            cur = con.execute(args.query)
-            columns = [d[0] for d in cur.description] if cur.description else []
-            rows = cur.fetchall() if columns else []
-        except duckdb.PermissionException as exc:
-            raise InputError("query", f"refused: gpuscope sql reads the store and nothing else "
-                                      f"({_refusal_reason(str(exc))})") from None
-        except duckdb.Error as exc:
-            message = str(exc).splitlines()[0]
-            if "configuration has been locked" in message or "read-only mode" in message:
-                message = f"refused: gpuscope sql cannot change the store or its settings ({message})"
-            raise InputError("query", message) from None
-    finally:
-        con.close()
+    columns, rows = user_query.run(_db(args), args.query)
     if args.json:
         print_json([dict(zip(columns, r)) for r in rows])
     else:
-        print(render_rows(columns, rows) if columns else "ok")
+        print(render_rows(columns, rows, max_width=None if args.wide else 60) if columns else "ok")
         if len(rows) > 20:
             print(f"({len(rows)} rows)")
     return EXIT_OK
@@ -270,17 +248,22 @@ def build_parser() -> argparse.ArgumentParser:
     add_inflate_argument(s)
     s.set_defaults(func=cmd_analyze)
 
-    s = sub.add_parser("runs", parents=[common, reporting], help="list runs, newest first")
+    s = sub.add_parser("runs", parents=[common, reporting], help="list runs, newest first",
+                       description="List the stored runs, newest first: id, name, status (recording, complete, "
+                                   "incomplete, failed), source, start, duration, row counts, exit code and the "
+                                   "command (secrets redacted). A RUN argument elsewhere is a run id or name.")
     s.add_argument("--limit", type=positive_int, metavar="N", help="show at most this many runs (the newest)")
     s.set_defaults(func=cmd_runs)
 
     s = sub.add_parser("sql", parents=[common, reporting], help="run a read-only SQL query over the store",
-                       description="Run a SQL query over the store. The query reads the store and nothing else: it "
-                                   "cannot change it, read or write other files (COPY, read_csv, ATTACH, EXPORT) "
-                                   "or load extensions. Tables: runs, traces, devices, samples, kernels, ops, "
+                       description="Run a SQL query over the store. The query reads the store and nothing else: only "
+                                   "reading statements run (SELECT, EXPLAIN, informational PRAGMA and CALL); it "
+                                   "cannot change the store, read or write other files (COPY, read_csv, ATTACH, "
+                                   "EXPORT), load extensions or change settings. Tables: runs, traces, devices, samples, kernels, ops, "
                                    "annotations, graph_launches, ceilings, sampler_stats, meta (docs/store.md). Example: gpuscope sql \"SELECT name, sum(dur_ns)/1e3 AS us "
                                    "FROM kernels GROUP BY name ORDER BY us DESC LIMIT 5\"")
     s.add_argument("query", metavar="QUERY")
+    s.add_argument("--wide", action="store_true", help="show values whole (text output cuts them at 60 characters)")
     s.set_defaults(func=cmd_sql)
 
     # Commands that live in their own modules (gpuscope/cmd_*.py). Each module imports only the
@@ -292,7 +275,12 @@ def build_parser() -> argparse.ArgumentParser:
         s = sub.add_parser(name, parents=parents, help=mod.HELP, description=mod.DESCRIPTION)
         mod.add_arguments(s)
         s.set_defaults(func=mod.run)
+    # `gpuscope --help` lists the commands in the README's order, not in the order they are built
+    sub._choices_actions.sort(key=lambda a: HELP_ORDER.index(a.dest) if a.dest in HELP_ORDER else len(HELP_ORDER))
     return p
+
+
+HELP_ORDER = ("run", "ingest", "analyze", "compare", "ceiling", "specs", "calibrate", "devices", "record", "runs", "sql")
 
 
 _MODULE_COMMANDS = ("run", "compare", "specs", "ceiling", "calibrate", "devices", "record")
@@ -316,6 +304,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         os.umask(previous_umask)
 
 
+def _interrupted_query(exc: Exception) -> bool:
+    """Ctrl-C while DuckDB runs a query: DuckDB consumes the KeyboardInterrupt and raises a
+    plain RuntimeError ("Query interrupted") or its InterruptException instead."""
+    return type(exc).__name__ == "InterruptException" or (
+        type(exc) is RuntimeError and str(exc).startswith("Query interrupted"))
+
+
 def _dispatch(args: argparse.Namespace) -> int:
     try:
         return int(args.func(args) or 0)
@@ -334,6 +329,9 @@ def _dispatch(args: argparse.Namespace) -> int:
     except BrokenPipeError:
         return EXIT_OK
     except Exception as exc:  # a bug: one line, traceback on request
+        if _interrupted_query(exc):
+            print(f"gpuscope {args.command}: interrupted", file=sys.stderr)
+            return 130
         if os.environ.get("GPUSCOPE_DEBUG"):
             raise
         print(f"gpuscope {args.command}: internal error: {type(exc).__name__}: {exc} "

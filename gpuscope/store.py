@@ -419,14 +419,18 @@ def retry_while_locked(path: Path | str, retry_s: float, open_store: Callable[[]
             raise StoreError(f"{path}: cannot open the store: {msg.splitlines()[0]}") from None
 
 
-def connect_for_user_query(path: Path | str) -> duckdb.DuckDBPyConnection:
+def connect_for_user_query(path: Path | str, temp_dir: Path | str) -> duckdb.DuckDBPyConnection:
     """The store opened read-only for a query a user typed (``gpuscope sql``): DuckDB's
     access to any other file (``COPY ... TO``, ``read_csv``, ``ATTACH``, ``EXPORT``,
     extensions) is turned off and the configuration locked, so that on a shared server the
     query interface cannot become a way to read or write other files. The store itself stays
-    readable because it is attached before access is turned off."""
+    readable because it is attached before access is turned off. ``temp_dir`` (which the
+    caller removes) is where a large query spills: the lockdown leaves DuckDB's temporary
+    directory writable, so it must not be the store's shared ``<store>.tmp``."""
     con = connect(path, read_only=True)
     try:
+        quoted = str(temp_dir).replace("'", "''")
+        con.execute(f"SET temp_directory = '{quoted}'")
         con.execute("SET enable_external_access = false")
         con.execute("SET lock_configuration = true")
     except Exception:

@@ -6,6 +6,7 @@ import gzip
 import json
 import os
 import zlib
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -134,3 +135,135 @@ def test_real_traces_are_far_below_the_ratio() -> None:
         finally:
             inp.close()
         assert inp.inflated_bytes < trace.MAX_INFLATE_RATIO / 5 * f.stat().st_size, f
+
+
+def _members(path: Path, member: bytes, copies: int, head: bytes = b"", tail: bytes = b"") -> Path:
+    """A gzip file of ``copies`` identical members (one compression, written many times: a large
+    inflated size costs the test no compression time); ``head``/``tail`` members around them."""
+    packed = gzip.compress(member, compresslevel=6)
+    with open(path, "wb") as f:
+        if head:
+            f.write(gzip.compress(head))
+        for _ in range(copies):
+            f.write(packed)
+        if tail:
+            f.write(gzip.compress(tail))
+    return path
+
+
+def _trace_like_text(mib: int) -> bytes:
+    """Kernel events with varied numbers and names: text that compresses about as well as real
+    Kineto JSON (10-25x), not like blanks."""
+    import random
+
+    rnd = random.Random(7)
+    parts, size = [], 0
+    while size < mib << 20:
+        ev = kernel(f"void gemm_{rnd.randrange(400)}<float, {rnd.randrange(64)}>(float*, int)",
+                    round(rnd.uniform(0, 1e9), 3), round(rnd.uniform(1, 900), 3), corr=rnd.randrange(10**7),
+                    grid=[rnd.randrange(4096), 1, 1])
+        s = json.dumps(ev) + ",\n"
+        parts.append(s)
+        size += len(s)
+    return "".join(parts).encode()
+
+
+def test_past_the_floor_a_real_ratio_passes_and_a_lowered_limit_refuses(tmp_path: Path, tmpdir_watch: Path) -> None:
+    """The two rules together: 320 MiB inflated (past the 256 MiB floor) at a trace-like ratio
+    passes the default limit to the end; lowered below that ratio, the same file is refused
+    with exit 2, one line, the store unchanged and nothing left in the temporary folder."""
+    block = _trace_like_text(16)
+    path = _members(tmp_path / "big.json.gz", block, 20, head=b'{"traceEvents": [',
+                    tail=json.dumps(kernel("k", 0.0, 1.0)).encode() + b"]}")
+    ratio = 20 * len(block) / path.stat().st_size
+    assert 5 < ratio < trace.MAX_INFLATE_RATIO / 4, ratio
+    inp = trace._Input(path)
+    try:
+        while inp.read():
+            pass
+    finally:
+        inp.close()
+    assert inp.inflated_bytes > 20 * len(block) > trace.INFLATE_MIN_BYTES
+
+    db = _existing_store(tmp_path)
+    before = file_digest(db)
+    r = run_cli("ingest", path, "--db", db, "-q", "--max-inflate-ratio", f"{ratio / 2:.1f}")
+    assert r.code == 2, r.err
+    (line,) = r.err.strip().splitlines()
+    assert str(path) in line and f"{ratio / 2:.1f}x" in line and "gzip bomb" in line
+    assert file_digest(db) == before
+    assert list(tmpdir_watch.iterdir()) == []
+
+
+def _interrupt_child(script: str, tmp: Path, wait_for: Callable[[], bool], timeout_s: float = 120) -> tuple[int, str]:
+    """Run ``script`` in a Python child with SIGINT at its default (a background child would
+    otherwise inherit SIG_IGN), send it SIGINT once ``wait_for()`` holds; its code and stderr."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    env = {**os.environ, "TMPDIR": str(tmp)}
+    child = subprocess.Popen([sys.executable, "-c", script], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL), text=True)
+    deadline = time.monotonic() + timeout_s
+    try:
+        while not wait_for():
+            if child.poll() is not None or time.monotonic() > deadline:
+                out, err = child.communicate()
+                pytest.fail(f"the child ended or stalled before the moment to interrupt it: {child.returncode} {err}")
+            time.sleep(0.02)
+        child.send_signal(signal.SIGINT)
+        _, err = child.communicate(timeout=timeout_s)
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.wait()
+    return child.returncode, err
+
+
+def test_ctrl_c_while_spooling_leaves_no_temporary_files(tmp_path: Path, tmpdir_watch: Path) -> None:
+    """SIGINT while a large .gz streams to its spool: exit 130, one line, the spool folder gone,
+    the store unchanged."""
+    path = _members(tmp_path / "padded.json.gz", b" " * (64 << 20), 64, head=b'{"traceEvents": [', tail=b"]}")
+    db = _existing_store(tmp_path)
+    before = file_digest(db)
+
+    def spooling() -> bool:
+        return any(f.stat().st_size > 8 << 20 for f in tmpdir_watch.glob("gpuscope-ingest-*/events-*"))
+
+    code, err = _interrupt_child(
+        f"import sys; from gpuscope.cli import main; sys.exit(main(['ingest', {str(path)!r}, '--db', {str(db)!r}, "
+        f"'-q', '--max-inflate-ratio', '1000000']))", tmpdir_watch, spooling)
+    assert code == 130 and err.strip() == "gpuscope ingest: interrupted", (code, err)
+    assert list(tmpdir_watch.iterdir()) == []
+    assert file_digest(db) == before
+
+
+def test_ctrl_c_while_duckdb_parses_is_an_interrupt_not_an_error(tmp_path: Path, tmpdir_watch: Path) -> None:
+    """SIGINT while DuckDB runs a staging query: DuckDB turns the KeyboardInterrupt into a
+    RuntimeError of its own; the command still ends as interrupted (130), not as an internal
+    error, with its temporary files removed. The child makes the staging query a long one and
+    says when it runs (a real trace would finish before a test could time its signal)."""
+    t = write_trace(tmp_path / "t.json.gz", [kernel("k", float(i), 1.0) for i in range(1000)], gz=True)
+    db = _existing_store(tmp_path)
+    before = file_digest(db)
+    flag = tmp_path / "in-duckdb"
+    script = f"""
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from gpuscope import trace
+from gpuscope.cli import main
+real = trace.load_trace
+def slow_load_trace(con, *args, **kwargs):
+    Path({str(flag)!r}).write_text("x")
+    con.execute("SELECT count(*) FROM range(1000000000000) t(i) WHERE i % 7 = 3").fetchall()
+    return real(con, *args, **kwargs)
+trace.load_trace = slow_load_trace
+sys.exit(main(["ingest", {str(t)!r}, "--db", {str(db)!r}, "-q"]))
+"""
+    code, err = _interrupt_child(script, tmpdir_watch, flag.exists)
+    assert code == 130 and err.strip() == "gpuscope ingest: interrupted", (code, err)
+    assert list(tmpdir_watch.iterdir()) == []
+    assert file_digest(db) == before
