@@ -4,22 +4,28 @@ that fits a short loan of a machine (about ten minutes, no network). Started by
 ``bench/gpu_acceptance.sh``, which checks for a GPU and installs gpuscope first; see
 ``docs/gpu-acceptance.md``.
 
-Each step runs as its own process with its own time limit, inside a 9-minute budget, and the
-results are written as they come, so that one hang loses one step, not the rest. What comes
-back (at most 8 files, each small):
+Each step runs as its own process group with its own time limit, inside a 9-minute budget
+counted from the start of the shell script, and the results are written as they come, so that
+one hang loses one step, not the rest. What comes back (at most 8 files, each small):
 
-- ``summary.md``, ``summary.json``: pass / fail / skipped per step, with the numbers;
-- ``compare.json``: ``gpuscope devices --json`` and every NVML metric beside nvidia-smi's
-  reading of the same moment;
+- ``summary.md``, ``summary.json``: the machine (GPU, driver, torch), then pass / fail /
+  skipped per step with its numbers and, for a skip, the reason;
+- ``compare.json``: ``gpuscope devices --json`` and every metric the NVML collector reports
+  beside nvidia-smi's reading of the same moment, with the differences;
 - ``recording.jsonl.gz``: 30 s of telemetry at 10 Hz under a GPU load (for ``fixtures/``);
 - ``analyze.json``: ``analyze --json`` of the README's main command run on the GPU;
 - ``calibrate.json``: ``calibrate --quick --json``;
 - ``sampler.json``: decode tokens/s with sampling off, at 10 Hz and at 100 Hz, alternated;
 - ``steps.log``: each step's command and the end of its output.
 
+Without a CUDA (or ROCm) build of torch, the steps that need one (the README's command, calibrate,
+the sampler's cost on a decode loop) are skipped with the reason, and the recording runs under
+a CuPy load when CuPy is there, else on an idle GPU (it says so).
+
 ``--dry-run`` goes through every step on a machine without a GPU: NVML is the fake module of
-``tests/fakes`` (the recorded H100 table), nvidia-smi a fake that answers from the same table,
-and the workload runs on the CPU with short durations. It proves the plumbing, not the GPU.
+``tests/fakes`` (a recorded H100 table), nvidia-smi a fake that answers from the same table,
+the README's command replays ``fixtures/recordings``, and the workloads run on the CPU with
+short durations. It proves the plumbing, not the GPU.
 """
 from __future__ import annotations
 
@@ -27,7 +33,10 @@ import argparse
 import gzip
 import json
 import os
+import re
+import select
 import shutil
+import signal
 import statistics
 import subprocess
 import sys
@@ -38,28 +47,56 @@ from pathlib import Path
 from typing import Any, Callable
 
 REPO = Path(__file__).resolve().parents[1]
-TOTAL_BUDGET_S = 540.0  # 9 minutes: the loan is about ten
+TOTAL_BUDGET_S = 540.0  # 9 minutes: a loan is about ten
 LOG_TAIL_CHARS = 4000
+MAX_FILE_BYTES = 4 << 20  # what comes back from a loan: a few MB a file
+OUTPUT_FILES = ("summary.md", "summary.json", "steps.log", "compare.json", "recording.jsonl.gz",
+                "analyze.json", "calibrate.json", "sampler.json")
+DRY_RECORDING = REPO / "fixtures" / "recordings" / "synthetic_h100_a100.jsonl"
+DEFAULT_FAKE_TABLE = "nvml_h100x8_nvsmi_dump.json"
 
-# nvidia-smi --query-gpu fields, and the gpuscope metric and unit factor each is compared with
-# (nvidia-smi's csv,nounits: MiB, W, °C, MHz, %).
-SMI_FIELDS: list[tuple[str, str | None, float]] = [
-    ("index", None, 1.0),
-    ("uuid", None, 1.0),
-    ("memory.used", "mem_used_bytes", 1 / 2**20),
-    ("memory.total", "mem_total_bytes", 1 / 2**20),
-    ("memory.reserved", "mem_reserved_bytes", 1 / 2**20),
-    ("power.draw", "power_w", 1.0),
-    ("power.limit", "power_limit_w", 1.0),
-    ("temperature.gpu", "temp_c", 1.0),
-    ("temperature.memory", "mem_temp_c", 1.0),
-    ("clocks.sm", "sm_clock_mhz", 1.0),
-    ("clocks.mem", "mem_clock_mhz", 1.0),
-    ("utilization.gpu", "gpu_util", 100.0),
-    ("utilization.memory", "mem_util", 100.0),
-]
-# |gpuscope - nvidia-smi| allowed for "agrees": exact-ish for sizes, loose for what moves.
-TOLERANCE = {"memory.used": 2.0, "memory.total": 1.0, "memory.reserved": 2.0, "power.limit": 1.0}
+
+@dataclass(frozen=True)
+class SmiField:
+    """One ``nvidia-smi --query-gpu`` field beside the gpuscope metric it should equal.
+
+    ``factor`` turns the gpuscope value into nvidia-smi's unit (csv,nounits: MiB, W, °C, MHz,
+    %). nvidia-smi reads between the collector's two samples, so it agrees when it lies within
+    the two readings widened by ``max(abs_tol, rel_tol * |value|)``; ``exact`` fields must equal
+    one of the two readings; ``judged=False`` fields are shown with their difference only
+    (``power.draw`` is the average or the instant reading depending on the driver).
+    """
+
+    field: str
+    metric: str
+    factor: float = 1.0
+    abs_tol: float = 0.0
+    rel_tol: float = 0.0
+    exact: bool = False
+    judged: bool = True
+    aliases: tuple[str, ...] = ()
+
+
+MIB = 1 / 2**20
+SMI_FIELDS: tuple[SmiField, ...] = (
+    SmiField("memory.used", "mem_used_bytes", MIB, abs_tol=1.0),
+    SmiField("memory.total", "mem_total_bytes", MIB, abs_tol=1.0),
+    SmiField("memory.reserved", "mem_reserved_bytes", MIB, abs_tol=1.0),
+    SmiField("power.draw.average", "power_w", abs_tol=5.0, rel_tol=0.05),
+    SmiField("power.draw.instant", "power_instant_w", abs_tol=30.0, rel_tol=0.2),
+    SmiField("power.draw", "power_w", judged=False),
+    SmiField("enforced.power.limit", "power_limit_w", abs_tol=1.0, aliases=("power.limit",)),
+    SmiField("temperature.gpu", "temp_c", abs_tol=2.0),
+    SmiField("temperature.memory", "mem_temp_c", abs_tol=2.0),
+    SmiField("clocks.sm", "sm_clock_mhz", abs_tol=30.0, aliases=("clocks.current.sm",)),
+    SmiField("clocks.mem", "mem_clock_mhz", abs_tol=10.0, aliases=("clocks.current.memory",)),
+    SmiField("utilization.gpu", "gpu_util", 100.0, abs_tol=10.0),
+    SmiField("utilization.memory", "mem_util", 100.0, abs_tol=10.0),
+    SmiField("fan.speed", "fan_speed", 100.0, abs_tol=2.0),
+    SmiField("clocks_event_reasons.active", "throttle_reasons", exact=True,
+             aliases=("clocks_throttle_reasons.active",)),
+)
+IDENTITY_FIELDS = ("index", "uuid", "name", "driver_version")
 
 
 @dataclass
@@ -67,97 +104,113 @@ class Step:
     name: str
     title: str
     limit_s: float
+    needs_torch: bool = False
     status: str = "not run"
     seconds: float = 0.0
     detail: str = ""
     numbers: dict[str, Any] = field(default_factory=dict)
 
 
+class StepFailed(Exception):
+    pass
+
+
+def _steps() -> list[Step]:
+    return [
+        Step("pytest_gpu", "tests marked gpu (NVML, GPM, device identity, CUPTI kernel capture)", 90),
+        Step("devices", "devices --json and every NVML metric beside nvidia-smi", 30),
+        Step("record", "record 30 s at 10 Hz under a GPU load", 75),
+        Step("readme_run", "the README's main command on the GPU, then analyze --json", 100, needs_torch=True),
+        Step("calibrate", "calibrate --quick --json", 60, needs_torch=True),
+        Step("sampler_cost", "decode tokens/s with sampling off, 10 Hz, 100 Hz, alternated", 170, needs_torch=True),
+    ]
+
+
+STEP_NAMES = tuple(s.name for s in _steps())
+
+
 class Acceptance:
-    def __init__(self, out: Path, dry_run: bool) -> None:
+    def __init__(self, out: Path, dry_run: bool, only: set[str] | None = None) -> None:
         self.out = out
         self.dry = dry_run
-        self.started = time.monotonic()
         self.py = sys.executable
+        now = time.time()
+        deadline = float(os.environ.get("GPUSCOPE_ACCEPTANCE_DEADLINE") or now + TOTAL_BUDGET_S)
+        self.deadline = time.monotonic() + min(TOTAL_BUDGET_S, max(0.0, deadline - now))
+        self.started = time.monotonic()
+        self.started_utc = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(now))
         self.work = Path(tempfile.mkdtemp(prefix="gpuscope-acceptance-"))
-        self.db = self.work / "acceptance.duckdb"
-        self.env = dict(os.environ, GPUSCOPE_DB=str(self.db), PYTHONUNBUFFERED="1")
-        # tests: make one step hang, with this limit, to show the others still run
+        self.env = dict(os.environ, GPUSCOPE_DB=str(self.work / "acceptance.duckdb"), PYTHONUNBUFFERED="1")
+        # test knobs: make one step hang (cut at this limit) to show that the others still run
         self.hang = os.environ.get("GPUSCOPE_ACCEPTANCE_HANG_STEP")
         self.hang_limit_s = float(os.environ.get("GPUSCOPE_ACCEPTANCE_HANG_LIMIT_S", "3"))
+        for name in OUTPUT_FILES:  # a rerun into the same folder: no stale results beside new ones
+            for stale in (out / name, out / f"{name}.gz"):
+                stale.unlink(missing_ok=True)
         self.log = (out / "steps.log").open("w", encoding="utf-8")
         if self.dry:
             self._fake_gpu()
-        self.steps = [
-            Step("pytest_gpu", "tests marked gpu (NVML, GPM, device identity, CUPTI kernel capture)", 75),
-            Step("devices", "devices --json and NVML against nvidia-smi", 30),
-            Step("record", "record 30 s at 10 Hz under a GPU load", 60),
-            Step("readme_run", "the README's main command on the GPU, analyze --json", 120),
-            Step("calibrate", "calibrate --quick --json", 75),
-            Step("sampler_cost", "decode tokens/s with sampling off, 10 Hz, 100 Hz", 170),
-        ]
+        self.steps = [s for s in _steps() if only is None or s.name in only]
+        self.environment: dict[str, Any] = {}
+        self.torch_ok = False
+        self.torch_why = ""
 
     # -- plumbing ------------------------------------------------------------------------------
     def _fake_gpu(self) -> None:
-        """Dry run: the fake pynvml (recorded H100 table) as `pynvml`, and an `nvidia-smi` that
-        answers from the same table, both first on the paths of every step's process."""
+        """Dry run: the fake pynvml as ``pynvml`` and tests/fakes/fake_nvidia_smi.py as
+        ``nvidia-smi``, both answering from one table, first on every step's paths."""
         shim = self.work / "fake"
         shim.mkdir()
-        table = os.environ.get("GPUSCOPE_ACCEPTANCE_FAKE_TABLE", "nvml_h100x8_nvsmi_dump.json")
+        table = os.environ.get("FAKE_NVML_TABLE") or DEFAULT_FAKE_TABLE
+        self.env["FAKE_NVML_TABLE"] = table
         (shim / "pynvml.py").write_text(
-            "import sys\n"
+            "import os, sys\n"
             f"sys.path.insert(0, {str(REPO / 'tests')!r})\n"
             "from fakes.fake_pynvml import FakeNvml\n"
-            f"sys.modules[__name__] = FakeNvml({table!r})\n")
+            "sys.modules[__name__] = FakeNvml(os.environ['FAKE_NVML_TABLE'])\n")
         smi = shim / "nvidia-smi"
-        smi.write_text(
-            f"#!{self.py}\n"
-            "import sys\n"
-            f"sys.path.insert(0, {str(REPO / 'tests')!r})\n"
-            "from fakes.fake_pynvml import FakeNvml\n"
-            f"nv = FakeNvml({table!r})\n"
-            "nv.nvmlInit()\n"
-            "q = next(a.split('=', 1)[1] for a in sys.argv if a.startswith('--query-gpu='))\n"
-            "for i in range(nv.nvmlDeviceGetCount()):\n"
-            "    h = nv.nvmlDeviceGetHandleByIndex(i)\n"
-            "    m = nv.nvmlDeviceGetMemoryInfo(h, version=nv.nvmlMemory_v2)\n"
-            "    u = nv.nvmlDeviceGetUtilizationRates(h)\n"
-            "    vals = {'index': i, 'uuid': nv.nvmlDeviceGetUUID(h), 'name': nv.nvmlDeviceGetName(h),\n"
-            "            'memory.used': m.used // 2**20,\n"
-            "            'memory.total': m.total // 2**20, 'memory.reserved': m.reserved // 2**20,\n"
-            "            'power.draw': nv.nvmlDeviceGetPowerUsage(h) / 1000, 'power.limit':\n"
-            "            nv.nvmlDeviceGetEnforcedPowerLimit(h) / 1000, 'temperature.gpu': nv.nvmlDeviceGetTemperature(h, 0),\n"
-            "            'temperature.memory': '[N/A]', 'clocks.sm': nv.nvmlDeviceGetClockInfo(h, 1),\n"
-            "            'clocks.mem': nv.nvmlDeviceGetClockInfo(h, 2), 'utilization.gpu': u.gpu,\n"
-            "            'utilization.memory': u.memory}\n"
-            "    print(', '.join(str(vals.get(f, '[N/A]')) for f in q.split(',')))\n")
+        smi.write_text(f"#!/bin/sh\nexec {self.py!r} {str(REPO / 'tests' / 'fakes' / 'fake_nvidia_smi.py')!r} \"$@\"\n")
         smi.chmod(0o755)
+        if os.environ.get("GPUSCOPE_ACCEPTANCE_DRY_NO_TORCH"):
+            # a machine whose Python has no torch: `import torch` fails in every step's process
+            (shim / "torch").mkdir()
+            (shim / "torch" / "__init__.py").write_text(
+                "raise ModuleNotFoundError(\"No module named 'torch' (hidden by the acceptance dry run)\", name='torch')\n")
         self.env["PYTHONPATH"] = os.pathsep.join(p for p in (str(shim), self.env.get("PYTHONPATH", "")) if p)
         self.env["PATH"] = f"{shim}{os.pathsep}{self.env.get('PATH', '')}"
+        # torch's CPU thread pool spin-waits when other processes hold the cores: one thread
+        # keeps the dry run's CPU work from stalling (three times slower on a busy 2-core VM)
+        self.env.setdefault("OMP_NUM_THREADS", "1")
 
     def remaining_s(self) -> float:
-        return TOTAL_BUDGET_S - (time.monotonic() - self.started)
+        return self.deadline - time.monotonic()
 
     def run(self, step: Step, cmd: list[str], timeout_s: float | None = None) -> subprocess.CompletedProcess[str]:
-        """One command of a step, cut at the step's limit (or what is left of the budget)."""
-        limit = min(timeout_s or step.limit_s, max(1.0, self.remaining_s() - 5))
+        """One command of a step in its own process group, cut with all its children at the
+        step's limit (or what is left of the budget). Output goes through files, so that a
+        grandchild that keeps a pipe open cannot hold the step past its limit."""
+        limit = max(1.0, min(timeout_s or step.limit_s, self.remaining_s() - 5))
         if self.hang == step.name:
             cmd, limit = [self.py, "-c", "import time; time.sleep(3600)"], min(limit, self.hang_limit_s)
         self.log.write(f"\n=== {step.name}: {' '.join(cmd)} (limit {limit:.0f} s)\n")
         self.log.flush()
-        try:
-            p = subprocess.run(cmd, capture_output=True, text=True, timeout=limit, env=self.env, cwd=REPO)
-        except subprocess.TimeoutExpired as exc:
-            self._log_output(exc.stdout, exc.stderr)
-            raise StepTimeout(f"cut at its {limit:.0f} s limit") from None
-        self._log_output(p.stdout, p.stderr)
-        self.log.write(f"--- exit {p.returncode}\n")
-        return p
+        with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
+            p = subprocess.Popen(cmd, stdout=out, stderr=err, stdin=subprocess.DEVNULL, text=True,
+                                 env=self.env, cwd=REPO, start_new_session=True)
+            try:
+                code = p.wait(timeout=limit)
+            except subprocess.TimeoutExpired:
+                _kill_group(p)
+                self._log_output(_read(out), _read(err))
+                raise StepFailed(f"cut at its {limit:.0f} s limit") from None
+            _kill_group(p)  # what it left running in the background
+            stdout, stderr = _read(out), _read(err)
+        self._log_output(stdout, stderr)
+        self.log.write(f"--- exit {code}\n")
+        return subprocess.CompletedProcess(cmd, code, stdout, stderr)
 
-    def _log_output(self, out: Any, err: Any) -> None:
+    def _log_output(self, out: str, err: str) -> None:
         for label, text in (("stdout", out), ("stderr", err)):
-            if isinstance(text, bytes):
-                text = text.decode("utf-8", "replace")
             if text:
                 self.log.write(f"--- {label} (last {LOG_TAIL_CHARS} chars)\n{text[-LOG_TAIL_CHARS:]}\n")
         self.log.flush()
@@ -170,20 +223,59 @@ class Acceptance:
         tmp.write_text(json.dumps(doc, indent=1, default=str))
         tmp.replace(self.out / name)
 
+    # -- the machine -----------------------------------------------------------------------------
+    def probe(self) -> None:
+        """What the steps depend on: the Python, gpuscope, torch and its GPU build, the driver."""
+        import gpuscope
+
+        env: dict[str, Any] = {"python": sys.version.split()[0], "python_executable": self.py,
+                               "gpuscope": getattr(gpuscope, "__version__", None),
+                               "gpuscope_path": str(Path(gpuscope.__file__).resolve().parent)}
+        try:
+            git = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
+                                 cwd=REPO, timeout=10)
+            env["commit"] = git.stdout.strip() if git.returncode == 0 else None
+        except (OSError, subprocess.TimeoutExpired):
+            env["commit"] = None
+        try:
+            p = subprocess.run([self.py, "-c", _TORCH_PROBE], capture_output=True, text=True, env=self.env,
+                               cwd=REPO, timeout=min(90.0, max(5.0, self.remaining_s() - 60)))
+            env["torch"] = json.loads(p.stdout.strip().splitlines()[-1]) if p.returncode == 0 else \
+                {"error": _last_line(p.stderr)}
+        except (subprocess.TimeoutExpired, IndexError, json.JSONDecodeError) as exc:
+            env["torch"] = {"error": f"the torch probe failed: {type(exc).__name__}"}
+        smi = shutil.which("nvidia-smi", path=self.env["PATH"])
+        if smi:
+            try:
+                p = subprocess.run([smi, "--query-gpu=name,driver_version", "--format=csv,noheader"],
+                                   capture_output=True, text=True, env=self.env, timeout=20)
+                env["nvidia_smi"] = [ln.strip() for ln in p.stdout.splitlines() if ln.strip()] or _last_line(p.stderr)
+            except (OSError, subprocess.TimeoutExpired) as exc:
+                env["nvidia_smi"] = f"failed: {type(exc).__name__}"
+        self.environment = env
+        self.torch_ok, self.torch_why = torch_verdict(env["torch"], self.py, self.dry)
+
     # -- steps ---------------------------------------------------------------------------------
     def step_pytest_gpu(self, step: Step) -> None:
-        p = self.run(step, [self.py, "-m", "pytest", "-m", "gpu", "-q", "-p", "no:cacheprovider", "-rs", "tests"])
-        last = next((ln for ln in reversed(p.stdout.splitlines()) if ln.strip()), "")
-        step.numbers["pytest"] = last
-        step.detail = last
+        files = sorted(str(p.relative_to(REPO)) for p in (REPO / "tests").glob("test_*.py")
+                       if "pytest.mark.gpu" in p.read_text(encoding="utf-8", errors="replace"))
+        if not files:
+            raise StepFailed("no test file marks a test gpu")
+        p = self.run(step, [self.py, "-m", "pytest", "-m", "gpu", "-q", "-p", "no:cacheprovider", "-rs", *files])
+        lines = p.stdout.splitlines()
+        last = next((ln for ln in reversed(lines) if ln.strip()), "")
+        counts = {k: int(v) for v, k in re.findall(r"(\d+) (passed|failed|skipped|errors?|deselected)", last)}
+        skips = [ln.split("] ", 1)[-1][:200] for ln in lines if ln.startswith("SKIPPED")]
+        step.numbers.update(files=files, counts=counts, skipped=skips[:12])
+        step.detail = last.strip("= ")
         if p.returncode == 5:
-            step.status = "fail"
-            step.detail = "no test marked gpu was collected"
+            step.status, step.detail = "fail", "no test marked gpu was collected"
         elif p.returncode != 0:
             step.status = "fail"
-        elif " passed" not in last:
-            step.status = "skipped" if not self.dry else "pass"
-            step.detail = f"{last} (dry run: nothing to test without a GPU)" if self.dry else f"{last}: every gpu test skipped"
+        elif counts.get("passed", 0) == 0:
+            # on a GPU machine every gpu test skipped means the GPU was not seen: a failure
+            step.status = "pass" if self.dry else "fail"
+            step.detail += " (dry run: the gpu tests skip without a GPU)" if self.dry else ": every gpu test skipped"
         else:
             step.status = "pass"
 
@@ -192,119 +284,132 @@ class Acceptance:
         if p.returncode != 0:
             raise StepFailed(f"gpuscope devices exited {p.returncode}: {_last_line(p.stderr)}")
         devices = json.loads(p.stdout)
-        gpus = [d for d in devices["devices"] if d["vendor"] == "nvidia"]
-        doc: dict[str, Any] = {"devices": devices, "nvidia_smi": None, "differences": []}
-        if not gpus:
-            doc["note"] = "no NVIDIA GPU through NVML: nothing to compare with nvidia-smi"
+        gpus = [d for d in devices["devices"] if d["vendor"] == "nvidia" and d["kind"] == "gpu"]
+        step.numbers["devices"] = [f"{d['key']}: {d.get('name')} ({d.get('spec')})" for d in devices["devices"]]
+        doc: dict[str, Any] = {"devices": devices, "nvidia_smi": None, "comparison": []}
+        smi = shutil.which("nvidia-smi", path=self.env["PATH"])
+        if not gpus or smi is None:
+            doc["note"] = ("no NVIDIA GPU through NVML" if not gpus else "no nvidia-smi on PATH") + \
+                ": nothing to compare with nvidia-smi"
             self.write_json("compare.json", doc)
-            step.status = "fail" if shutil.which("nvidia-smi", path=self.env["PATH"]) else "skipped"
+            # an NVIDIA machine whose NVML gpuscope cannot read is a failure; an AMD one is not
+            step.status = "fail" if smi and not gpus else "skipped"
             step.detail = doc["note"]
             return
-        code = ("import json, sys\n"
-                "from gpuscope.collectors import NvmlCollector\n"
-                "c = NvmlCollector(); c.open()\n"
-                "rows = [{s.device: s.values for s in c.sample()}]\n"
-                "sys.stdout.write('READY\\n'); sys.stdout.flush(); sys.stdin.readline()\n"
-                "rows.append({s.device: s.values for s in c.sample()}); c.close()\n"
-                "print(json.dumps(rows))\n")
-        sampler = subprocess.Popen([self.py, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+        help_p = self.run(step, [smi, "--help-query-gpu"], 20)
+        valid = parse_help_query_gpu(help_p.stdout) if help_p.returncode == 0 else set()
+        query, missing = choose_smi_fields(valid)
+        sampler = subprocess.Popen([self.py, "-c", _TWO_SAMPLES], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                    stderr=subprocess.PIPE, text=True, env=self.env, cwd=REPO)
         try:
             assert sampler.stdout is not None and sampler.stdin is not None
-            if sampler.stdout.readline().strip() != "READY":
-                raise StepFailed(f"the NVML collector did not start: {_last_line(sampler.stderr.read() if sampler.stderr else '')}")
-            fields = ",".join(f for f, _, _ in SMI_FIELDS)
-            smi = self.run(step, ["nvidia-smi", f"--query-gpu={fields}", "--format=csv,noheader,nounits"], 20)
+            ready = _readline(sampler.stdout, 20)
+            if ready.strip() != "READY":
+                raise StepFailed(f"the NVML collector did not start: {_last_line(ready)}")
+            t0 = time.monotonic()
+            smi_p = self.run(step, [smi, f"--query-gpu={','.join(query)}", "--format=csv,noheader,nounits"], 20)
             sampler.stdin.write("\n")
             sampler.stdin.flush()
             out, err = sampler.communicate(timeout=20)
+            between_ms = (time.monotonic() - t0) * 1e3
         finally:
             if sampler.poll() is None:
                 sampler.kill()
-        if smi.returncode != 0:
-            raise StepFailed(f"nvidia-smi exited {smi.returncode}: {_last_line(smi.stderr)}")
-        before, after = json.loads(out)
-        smi_rows = [[v.strip() for v in line.split(",")] for line in smi.stdout.strip().splitlines()]
-        doc["nvidia_smi"] = [dict(zip((f for f, _, _ in SMI_FIELDS), row)) for row in smi_rows]
-        worst: dict[str, float] = {}
-        for row in doc["nvidia_smi"]:
-            key = f"gpu{row['index']}"
-            for smi_field, metric, factor in SMI_FIELDS:
-                if metric is None:
-                    continue
-                theirs = _num(row.get(smi_field))
-                ours = [r.get(key, {}).get(metric) for r in (before, after)]
-                ours_vals = [o * factor for o in ours if o is not None]
-                mine = statistics.fmean(ours_vals) if ours_vals else None
-                diff = None if theirs is None or mine is None else mine - theirs
-                entry = {"gpu": key, "field": smi_field, "metric": metric, "nvidia_smi": theirs,
-                         "gpuscope": None if mine is None else round(mine, 3),
-                         "difference": None if diff is None else round(diff, 3)}
-                tol = TOLERANCE.get(smi_field)
-                if tol is not None and diff is not None:
-                    entry["agrees"] = abs(diff) <= tol
-                    if not entry["agrees"]:
-                        worst[f"{key} {smi_field}"] = diff
-                if theirs is not None and mine is None:
-                    entry["agrees"] = False
-                    worst[f"{key} {smi_field}"] = float("nan")
-                doc["differences"].append(entry)
+                sampler.wait()
+        if smi_p.returncode != 0:
+            raise StepFailed(f"nvidia-smi exited {smi_p.returncode}: {_last_line(smi_p.stdout + smi_p.stderr)}")
+        if sampler.returncode != 0:
+            raise StepFailed(f"the NVML collector failed: {_last_line(err)}")
+        readings = json.loads(out)
+        smi_rows = [dict(zip(query, (v.strip() for v in line.split(","))))
+                    for line in smi_p.stdout.strip().splitlines() if line.strip()]
+        comparison, disagreements = compare_with_nvidia_smi(devices["devices"], readings["before"],
+                                                            readings["after"], smi_rows, missing)
+        doc.update(nvidia_smi={"query": query, "fields_missing_on_this_driver": sorted(missing), "rows": smi_rows},
+                   comparison=comparison, collector_readings_ms_apart=round(between_ms, 1))
         self.write_json("compare.json", doc)
-        step.numbers["compared"] = len(doc["differences"])
-        step.numbers["disagreements"] = {k: (None if v != v else round(v, 3)) for k, v in worst.items()}
-        if worst:
+        judged = [c for c in comparison if "agrees" in c]
+        step.numbers.update(compared=len(judged), shown=len(comparison), disagreements=disagreements,
+                            not_compared=sorted({c["metric"] for c in comparison if c.get("not_compared")}))
+        if disagreements:
             step.status = "fail"
-            step.detail = "differs from nvidia-smi: " + ", ".join(sorted(worst))
+            step.detail = "differs from nvidia-smi: " + "; ".join(disagreements[:6])
         else:
             step.status = "pass"
-            step.detail = f"{len(doc['differences'])} values beside nvidia-smi; memory used/total/reserved agree"
+            step.detail = (f"{len(judged)} values agree with nvidia-smi of the same moment across {len(smi_rows)} GPU(s); "
+                           f"{len(comparison) - len(judged)} more shown (compare.json)")
 
     def step_record(self, step: Step) -> None:
         seconds = 3.0 if self.dry else 30.0
-        load = subprocess.Popen([self.py, "-c", _LOAD.format(seconds=seconds + 5, device="cpu" if self.dry else "cuda")],
-                                env=self.env, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        load_env = dict(self.env, GPUSCOPE_LOAD_SECONDS=str(seconds + 30), GPUSCOPE_LOAD_DEVICE="cpu" if self.dry else "gpu")
+        load = subprocess.Popen([self.py, "-c", _LOAD], env=load_env, cwd=REPO, stdout=subprocess.PIPE,
+                                stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL, text=True, start_new_session=True)
         try:
-            time.sleep(1.0 if self.dry else 3.0)  # the load is under way before the first sample
+            assert load.stdout is not None
+            first = _readline(load.stdout, min(45.0, max(1.0, self.remaining_s() - seconds - 20))).strip()
+            loaded = first.startswith("LOAD ")
+            what = first[5:] if loaded else first.removeprefix("NOLOAD ") or "the load did not start in time"
+            step.numbers["load"] = what if loaded else None
+            note = f"gpu_acceptance.sh: {what}" if loaded else f"gpu_acceptance.sh: idle GPU, no load ({what})"
+            gpu = ", ".join(str(x) for x in (self.environment.get("nvidia_smi") or [])[:1])
+            torch_v = (self.environment.get("torch") or {}).get("version")
+            note += f"; {gpu}; torch {torch_v}" + ("; dry run: fake NVML" if self.dry else "")
             out = self.work / "recording.jsonl.gz"
             p = self.gpuscope(step, "record", "--seconds", str(seconds), "--interval", "0.1", "--out", str(out),
-                              "--pid", str(load.pid), "--note",
-                              "gpu_acceptance.sh: a torch matmul load" + (" (dry run: fake NVML)" if self.dry else ""))
+                              *(["--pid", str(load.pid)] if loaded else []), "--note", note,
+                              timeout_s=seconds + 40)
         finally:
-            load.kill()
-            load.wait()
+            _kill_group(load)
+            if load.stdout is not None:
+                load.stdout.close()
         if p.returncode != 0:
             raise StepFailed(f"gpuscope record exited {p.returncode}: {_last_line(p.stderr)}")
         shutil.copyfile(out, self.out / "recording.jsonl.gz")
-        with gzip.open(out, "rt") as f:
-            lines = sum(1 for line in f if line.strip())
-        step.numbers.update(lines=lines, bytes=out.stat().st_size)
-        # about one line a tick (10 Hz): half of them at least, or the sampler fell behind
-        step.status = "pass" if lines >= seconds * 5 else "fail"
-        step.detail = f"{lines} lines, {out.stat().st_size / 1e3:.0f} kB"
+        check = check_recording(out, seconds=seconds, under_load=loaded and not self.dry)
+        step.numbers.update(check, bytes=out.stat().st_size)
+        step.status = "fail" if check["problems"] else "pass"
+        step.detail = (f"{check['ticks']} ticks of {', '.join(check['gpus']) or 'no GPU'}, "
+                       f"{out.stat().st_size / 1e3:.0f} kB; " + ("under " + what if loaded else "IDLE: " + what))
+        if check["problems"]:
+            step.detail += "; " + "; ".join(check["problems"])
 
     def step_readme_run(self, step: Step) -> None:
-        seconds = "4" if self.dry else "10"
-        p = self.gpuscope(step, "run", "--profile-delay", "1" if self.dry else "2", "--profile-duration",
-                          "0.5" if self.dry else "1", "--json", "--no-analyze", "--", self.py,
-                          "examples/tiny_llm.py", "--seconds", seconds)
+        # README: gpuscope run --profile-delay 2 --profile-duration 1 -- python examples/tiny_llm.py --seconds 10
+        if self.dry:
+            args = ["--replay", str(DRY_RECORDING), "--profile-delay", "0.5", "--profile-duration", "0.5"]
+            workload = [self.py, "examples/tiny_llm.py", "--seconds", "2"]
+        else:
+            args = ["--profile-delay", "2", "--profile-duration", "1"]
+            workload = [self.py, "examples/tiny_llm.py", "--seconds", "10"]
+        p = self.gpuscope(step, "run", *args, "--", *workload)
         if p.returncode != 0:
             raise StepFailed(f"gpuscope run exited {p.returncode}: {_last_line(p.stderr)}")
-        q = self.gpuscope(step, "sql", "--json",
-                          "SELECT r.status, (SELECT count(*) FROM kernels k WHERE k.run_id = r.id) AS kernels, "
-                          "(SELECT count(*) FROM kernels k WHERE k.run_id = r.id AND k.op_id IS NOT NULL) AS linked, "
-                          "(SELECT count(*) FROM ops o WHERE o.run_id = r.id) AS ops, "
-                          "(SELECT count(*) FROM samples s WHERE s.run_id = r.id) AS samples "
-                          "FROM runs r ORDER BY r.id DESC LIMIT 1")
+        q = self.gpuscope(step, "sql", "--json", _RUN_COUNTS, timeout_s=60)
+        if q.returncode != 0:
+            raise StepFailed(f"gpuscope sql exited {q.returncode}: {_last_line(q.stderr)}")
         (row,) = json.loads(q.stdout)
-        a = self.gpuscope(step, "analyze", "--json")
+        a = self.gpuscope(step, "analyze", "--json", timeout_s=60)
         if a.returncode == 0:
             (self.out / "analyze.json").write_text(a.stdout)
         step.numbers.update(row)
-        ok = row["status"] == "complete" and row["samples"] > 0 and a.returncode == 0
-        ok = ok and (row["ops"] > 0 if self.dry else row["kernels"] > 0 and row["linked"] > 0)
-        step.status = "pass" if ok else "fail"
-        step.detail = (f"run {row['status']}: {row['kernels']} GPU activities ({row['linked']} linked to ops), "
-                       f"{row['ops']} ops, {row['samples']} samples")
+        problems = []
+        if row["status"] != "complete":
+            problems.append(f"run {row['status']}")
+        if not row["gpu_samples"]:
+            problems.append("no GPU telemetry samples")
+        if self.dry:
+            if not row["ops"]:
+                problems.append("no ops in the trace")
+        else:
+            if not row["kernels"]:
+                problems.append("no GPU kernels in the trace")
+            elif not row["linked"]:
+                problems.append("no kernel linked to an op")
+        if a.returncode != 0:
+            problems.append(f"analyze --json exited {a.returncode}: {_last_line(a.stderr)}")
+        step.status = "fail" if problems else "pass"
+        step.detail = (f"run {row['status']}: {row['kernels']} kernels ({row['linked']} linked to ops), {row['ops']} ops, "
+                       f"{row['gpu_samples']} GPU samples" + (f"; {'; '.join(problems)}" if problems else ""))
 
     def step_calibrate(self, step: Step) -> None:
         p = self.gpuscope(step, "calibrate", "--quick", "--json", "-q")
@@ -312,43 +417,65 @@ class Acceptance:
             raise StepFailed(f"gpuscope calibrate exited {p.returncode}: {_last_line(p.stderr)}")
         (self.out / "calibrate.json").write_text(p.stdout)
         doc = json.loads(p.stdout)
-        step.numbers["device"] = doc.get("device") or doc.get("name")
-        step.status = "pass"
-        step.detail = "stored" + (" (dry run: the CPU)" if self.dry else "")
+        dev = doc.get("device") or {}
+        results = {(r["metric"], r.get("dtype")): r["value"] for r in doc.get("results", [])}
+        matmul = {dt or "?": round(v / 1e12, 3) for (m, dt), v in results.items() if m == "matmul_flops_per_s"}
+        bw = results.get(("mem_bw_bytes_per_s", None))
+        step.numbers.update(device=dev.get("name"), backend=doc.get("backend"), spec_key=doc.get("spec_key"),
+                            matmul_tflops=matmul, copy_gb_per_s=None if bw is None else round(bw / 1e9, 1),
+                            skipped=doc.get("skipped"))
+        problems = []
+        if not matmul or not bw:
+            problems.append("no matmul or bandwidth measurement")
+        if not self.dry and doc.get("backend") == "cpu":
+            problems.append("measured the CPU, not the GPU")
+        step.status = "fail" if problems else "pass"
+        step.detail = (f"{dev.get('name')} ({doc.get('backend')}, spec {doc.get('spec_key')}): "
+                       + ", ".join(f"{k} {v:g} TFLOP/s" for k, v in matmul.items())
+                       + (f", copy {bw / 1e9:.0f} GB/s" if bw else "") + (f"; {'; '.join(problems)}" if problems else ""))
 
     def step_sampler_cost(self, step: Step) -> None:
-        cmd = [self.py, "bench/bench_sampler.py", "--decode", "--json", "--calls", "50", "--seconds", "1"]
-        cmd += ["--repeat", "1", "--allow-cpu", "--", "--seconds", "1"] if self.dry else ["--repeat", "5", "--", "--seconds", "5"]
+        rounds = 1 if self.dry else 5
+        cmd = [self.py, "bench/bench_sampler.py", "--decode", "--json", "--repeat", str(rounds)]
+        cmd += ["--calls", "50", "--seconds", "0.5", "--allow-cpu", "--", "--seconds", "0.5"] if self.dry else \
+            ["--calls", "200", "--seconds", "2", "--", "--seconds", "3"]
         p = self.run(step, cmd)
         if p.returncode != 0:
             raise StepFailed(f"bench_sampler exited {p.returncode}: {_last_line(p.stderr)}")
         doc = json.loads(p.stdout)
         self.write_json("sampler.json", doc)
-        runs = doc["decode"]["runs"]
-        off = statistics.median(runs["off"])
-        for mode in ("10 Hz", "100 Hz"):
-            changes = [100.0 * (r - off) / off for r in runs[mode]]
-            step.numbers[mode] = {"change_pct_median": round(statistics.median(changes), 2),
-                                  "spread_pct": [round(min(changes), 2), round(max(changes), 2)]}
-        step.numbers["off_tokens_per_s"] = {"median": off, "spread": [min(runs["off"]), max(runs["off"])]}
-        step.numbers["rounds"] = len(runs["off"])
-        step.status = "pass"
-        step.detail = ", ".join(f"{m}: {v['change_pct_median']:+.2f} % (spread {v['spread_pct'][0]:+.2f}..{v['spread_pct'][1]:+.2f})"
-                                for m, v in ((m, step.numbers[m]) for m in ("10 Hz", "100 Hz")))
+        decode = doc.get("decode") or {}
+        if "skipped" in decode:
+            raise StepFailed(f"the decode loop did not run: {decode['skipped']}")
+        step.numbers.update(sampler_cost(decode["runs"]))
+        step.numbers["sampler_10hz_process_cpu_share"] = (doc.get("sampler") or {}).get("10 Hz", {}).get(
+            "process_cpu_share_of_one_core")
+        ok = step.numbers["rounds"] >= rounds
+        step.status = "pass" if ok else "fail"
+        step.detail = ", ".join(
+            f"{m}: {v['change_pct_median']:+.2f} % (rounds {v['change_pct_min']:+.2f}..{v['change_pct_max']:+.2f})"
+            for m, v in ((m, step.numbers[m]) for m in ("10 Hz", "100 Hz")))
+        step.detail += f" vs {step.numbers['off_tokens_per_s_median']:,.0f} tokens/s off, {step.numbers['rounds']} rounds"
+        if not ok:
+            step.detail += f" (fewer than {rounds})"
 
     # -- the whole ------------------------------------------------------------------------------
     def main(self) -> int:
         try:
+            self.probe()
+            self.summarize()
             for step in self.steps:
                 fn: Callable[[Step], None] = getattr(self, f"step_{step.name}")
                 t0 = time.monotonic()
                 if self.remaining_s() < 10:
                     step.status, step.detail = "skipped", "the 9-minute budget ran out"
+                elif step.needs_torch and not self.torch_ok:
+                    step.status, step.detail = "skipped", f"needs a GPU build of torch: {self.torch_why}"
                 else:
+                    step.status = "running"
+                    self.summarize()  # a kill from outside still says which step was under way
                     try:
                         fn(step)
-                    except StepTimeout as exc:
-                        step.status, step.detail = "fail", str(exc)
                     except StepFailed as exc:
                         step.status, step.detail = "fail", str(exc)
                     except Exception as exc:  # a bug in this script must not lose the other steps
@@ -358,51 +485,249 @@ class Acceptance:
         finally:
             self.log.close()
             shutil.rmtree(self.work, ignore_errors=True)
-        return 0 if all(s.status in ("pass", "skipped") for s in self.steps) else 1
+            for name in OUTPUT_FILES:
+                if name not in ("summary.md", "summary.json"):
+                    fit_file(self.out / name)
+            self.summarize()
+        return 1 if any(s.status == "fail" for s in self.steps) else 0
 
     def summarize(self) -> None:
-        doc = {"schema": "gpuscope.gpu_acceptance/1", "dry_run": self.dry,
-               "seconds": round(time.monotonic() - self.started, 1),
+        files = {p.name: p.stat().st_size for p in sorted(self.out.iterdir())
+                 if p.is_file() and (p.name in OUTPUT_FILES or p.name.removesuffix(".gz") in OUTPUT_FILES)}
+        failed = [s.name for s in self.steps if s.status == "fail"]
+        doc = {"schema": "gpuscope.gpu_acceptance/1", "dry_run": self.dry, "started_utc": self.started_utc,
+               "seconds": round(time.monotonic() - self.started, 1), "budget_s": TOTAL_BUDGET_S,
+               "result": "fail" if failed else "pass", "environment": self.environment,
+               "torch_steps": "run" if self.torch_ok else f"skipped: {self.torch_why}",
                "steps": [{"name": s.name, "title": s.title, "status": s.status, "seconds": s.seconds,
-                          "limit_s": s.limit_s, "detail": s.detail, "numbers": s.numbers} for s in self.steps]}
+                          "limit_s": s.limit_s, "detail": s.detail, "numbers": s.numbers} for s in self.steps],
+               "files": files}
         self.write_json("summary.json", doc)
+        env = self.environment
+        t = env.get("torch") or {}
         lines = ["# gpuscope GPU acceptance" + (" (dry run on fakes)" if self.dry else ""), "",
-                 f"{doc['seconds']:.0f} s in all.", "", "| step | status | seconds | detail |", "|---|---|---|---|"]
+                 f"{doc['result'].upper()}: " + ", ".join(f"{n} {st}" for st in ("pass", "fail", "skipped", "running")
+                                                          if (n := sum(s.status == st for s in self.steps)))
+                 + f"; {doc['seconds']:.0f} s of a {TOTAL_BUDGET_S:.0f} s budget, started {self.started_utc}.", "",
+                 f"- GPU / driver (nvidia-smi): {'; '.join(env.get('nvidia_smi') or []) or 'none'}",
+                 f"- torch: {t.get('version') or t.get('error')}" + (f", CUDA {t['cuda']}" if t.get("cuda") else "")
+                 + (f", ROCm {t['hip']}" if t.get("hip") else "") + (f", sees {t['gpu_name']}" if t.get("gpu_name") else ""),
+                 f"- Python {env.get('python')}, gpuscope {env.get('gpuscope')} from {env.get('gpuscope_path')}"
+                 + (f", commit {env['commit']}" if env.get("commit") else ""), "",
+                 "| step | status | seconds | detail |", "|---|---|---|---|"]
         lines += [f"| {s.name} | {s.status} | {s.seconds:.0f} | {s.detail.replace('|', '/')} |" for s in self.steps]
+        lines += ["", "Files: " + ", ".join(f"{k} ({v / 1e3:.0f} kB)" for k, v in files.items())]
         tmp = self.out / ".summary.md.tmp"
         tmp.write_text("\n".join(lines) + "\n")
         tmp.replace(self.out / "summary.md")
 
 
-class StepTimeout(Exception):
-    pass
+# -- pure parts (tested without a GPU) ------------------------------------------------------------
+
+def torch_verdict(probe: dict[str, Any], python: str, dry: bool) -> tuple[bool, str]:
+    """Whether the steps that need a GPU build of torch can run, and if not, why in words. The
+    dry run's "GPU" is the CPU: any importable torch will do there."""
+    if "error" in probe:
+        return False, f"torch is not importable by {python} ({probe['error']})"
+    if dry or probe.get("gpu"):
+        return True, ""
+    build = f"CUDA {probe['cuda']}" if probe.get("cuda") else f"ROCm {probe['hip']}" if probe.get("hip") \
+        else "a CPU-only build"
+    why = f"torch {probe.get('version')} ({build}) sees no GPU"
+    return False, why + (f": {probe['gpu_error']}" if probe.get("gpu_error") else "")
 
 
-class StepFailed(Exception):
-    pass
+def parse_help_query_gpu(text: str) -> set[str]:
+    """The field names ``nvidia-smi --help-query-gpu`` lists: each entry's first line holds the
+    quoted name and its aliases (``"clocks.current.sm" or "clocks.sm"``)."""
+    names: set[str] = set()
+    for line in text.splitlines():
+        if line.startswith('"'):
+            names.update(re.findall(r'"([A-Za-z0-9_.\[\]]+)"', line))
+    return names
 
 
-_LOAD = """
-import time, torch
-dev = {device!r}
-n = 4096 if dev == "cuda" else 256
-a = torch.randn(n, n, device=dev, dtype=torch.bfloat16 if dev == "cuda" else torch.float32)
-end = time.monotonic() + {seconds}
-while time.monotonic() < end:
-    for _ in range(20):
-        a = (a @ a).clamp_(-1, 1)
-    if dev == "cuda":
-        torch.cuda.synchronize()
-    else:
-        time.sleep(0.01)
-"""
+def choose_smi_fields(valid: set[str]) -> tuple[list[str], set[str]]:
+    """The query for this driver: identity fields, then each compared field under a name the
+    driver knows. Asking for a name it does not know fails the whole query, so a field missing
+    from a non-empty help text is left out (and named); an empty help text asks for them all."""
+    query = [f for f in IDENTITY_FIELDS if not valid or f in valid]
+    missing: set[str] = set()
+    for f in SMI_FIELDS:
+        name = next((n for n in (f.field, *f.aliases) if not valid or n in valid), None)
+        if name is None:
+            missing.add(f.field)
+        elif name not in query:
+            query.append(name)
+    return query, missing
 
 
-def _num(text: Any) -> float | None:
+def _smi_value(text: str | None) -> float | None:
+    if text is None:
+        return None
+    t = text.strip()
     try:
-        return float(text)
-    except (TypeError, ValueError):
-        return None  # "[N/A]", "[Not Supported]"
+        return float(int(t, 16)) if t.lower().startswith("0x") else float(t)
+    except ValueError:
+        return None  # "[N/A]", "[Not Supported]", "[Unknown Error]"
+
+
+def compare_with_nvidia_smi(devices: list[dict[str, Any]], before: dict[str, dict[str, Any]],
+                            after: dict[str, dict[str, Any]], smi_rows: list[dict[str, str]],
+                            missing_fields: set[str] = frozenset()) -> tuple[list[dict[str, Any]], list[str]]:
+    """Every metric the NVML collector reports for each GPU nvidia-smi lists, beside nvidia-smi.
+
+    ``before`` and ``after`` are the collector's samples (device key -> values) taken just before
+    and just after nvidia-smi read. Returns the entries (one per GPU and metric: the two
+    readings, nvidia-smi's, the difference, whether it agrees or why it is not compared) and
+    the disagreements in words. A value nvidia-smi reports that gpuscope does not is a
+    disagreement; one gpuscope reports that nvidia-smi shows as N/A is only noted.
+    """
+    by_uuid = {d.get("uuid"): d for d in devices if d.get("vendor") == "nvidia" and d.get("kind") == "gpu"}
+    by_index = {d.get("index"): d for d in by_uuid.values()}
+    out: list[dict[str, Any]] = []
+    bad: list[str] = []
+    for row in smi_rows:
+        idx = _smi_value(row.get("index"))
+        dev = by_uuid.get(row.get("uuid")) or by_index.get(None if idx is None else int(idx))
+        if dev is None:
+            bad.append(f"GPU {row.get('index')} ({row.get('uuid')}): nvidia-smi lists it, gpuscope does not")
+            continue
+        key = dev["key"]
+        for ident, ours in (("name", dev.get("name")), ("uuid", dev.get("uuid"))):
+            if ident in row:
+                ok = row[ident] == ours
+                out.append({"gpu": key, "field": ident, "metric": ident, "nvidia_smi": row[ident], "gpuscope": ours,
+                            "agrees": ok})
+                if not ok:
+                    bad.append(f"{key} {ident}: gpuscope {ours!r}, nvidia-smi {row[ident]!r}")
+        supported = set(dev.get("supported") or ())
+        seen: set[str] = set()
+        for f in SMI_FIELDS:
+            name = next((n for n in (f.field, *f.aliases) if n in row), None)
+            readings = [r.get(key, {}).get(f.metric) for r in (before, after)]
+            ours_vals = [v * f.factor for v in readings if v is not None]
+            entry: dict[str, Any] = {"gpu": key, "field": name or f.field, "metric": f.metric,
+                                     "gpuscope": [None if v is None else round(v * f.factor, 3) for v in readings]}
+            if name is None:
+                if f.metric in supported and f.metric not in seen:
+                    entry["not_compared"] = ("this nvidia-smi has no such field" if f.field in missing_fields
+                                             else "not asked of nvidia-smi")
+                    out.append(entry)
+                continue
+            seen.add(f.metric)
+            theirs = _smi_value(row[name])
+            entry["nvidia_smi"] = row[name] if theirs is None else theirs
+            if theirs is None and not ours_vals:
+                entry["note"] = "neither reports it"
+            elif theirs is None:
+                entry["note"] = f"nvidia-smi shows {row[name]}, gpuscope reads a value"
+            elif not ours_vals:
+                why = (dev.get("unsupported") or {}).get(f.metric, "no value in either sample")
+                entry.update(agrees=False, note=f"gpuscope has none: {why}")
+                bad.append(f"{key} {name}: nvidia-smi {theirs:g}, gpuscope none ({why})")
+            else:
+                lo, hi = min(ours_vals), max(ours_vals)
+                past = 0.0 if lo <= theirs <= hi else min(abs(theirs - lo), abs(theirs - hi))
+                entry["difference"] = round(statistics.fmean(ours_vals) - theirs, 3)  # gpuscope - nvidia-smi
+                entry["outside_readings_by"] = round(past, 3)
+                if not f.judged:
+                    entry["note"] = "shown, not judged"
+                else:
+                    tol = max(f.abs_tol, f.rel_tol * abs(theirs))
+                    ok = theirs in ours_vals if f.exact else past <= tol
+                    entry.update(agrees=ok, tolerance=None if f.exact else round(tol, 3))
+                    if not ok:
+                        shown = f"{lo:g}" if lo == hi else f"{lo:g}..{hi:g}"
+                        bad.append(f"{key} {name}: gpuscope {shown}, nvidia-smi {theirs:g}")
+            out.append(entry)
+        for metric in sorted(supported - {f.metric for f in SMI_FIELDS}):
+            readings = [r.get(key, {}).get(metric) for r in (before, after)]
+            out.append({"gpu": key, "field": None, "metric": metric, "gpuscope": readings,
+                        "not_compared": "nvidia-smi --query-gpu has no such field"})
+    return out, bad
+
+
+def check_recording(path: Path, *, seconds: float | None = None, under_load: bool = False) -> dict[str, Any]:
+    """What a recording must hold to stand as a test fixture: GPU devices, about one tick per
+    interval, GPU rows with memory and power, ticks in time order; under a load, a GPU busy."""
+    from gpuscope.collectors import load_recording
+
+    rec = load_recording(path)
+    gpus = [d for d in rec.devices if d.kind in ("gpu", "mig", "partition")]
+    problems: list[str] = []
+    ts = [t[0]["ts_ns"] for t in rec.ticks if t]
+    if not gpus:
+        problems.append("no GPU in the recording")
+    if seconds is not None and len(rec.ticks) < 0.8 * seconds / rec.interval_s:
+        problems.append(f"{len(rec.ticks)} ticks in {seconds:g} s at {rec.interval_s:g} s: the sampler fell behind")
+    if any(b < a for a, b in zip(ts, ts[1:])):
+        problems.append("ticks out of time order")
+    busiest = None
+    for d in gpus:
+        rows = [r for t in rec.ticks for r in t if r["device"] == d.key and not r.get("lost")]
+        for metric in ("mem_used_bytes", "power_w"):
+            if metric in d.supported and rows and sum(r["values"].get(metric) is not None for r in rows) < 0.9 * len(rows):
+                problems.append(f"{d.key} {metric} missing in more than a tenth of its rows")
+        util = [r["values"].get("gpu_util") for r in rows if r["values"].get("gpu_util") is not None]
+        if util:
+            busiest = max(busiest or 0.0, max(util))
+    if under_load and (busiest is None or busiest < 0.5):
+        problems.append(f"a GPU load ran but the busiest GPU read {busiest} utilisation")
+    return {"ticks": len(rec.ticks), "interval_s": rec.interval_s, "gpus": [f"{d.key} {d.name}" for d in gpus],
+            "synthetic": bool(rec.header.get("synthetic")), "max_gpu_util": busiest, "problems": problems}
+
+
+def sampler_cost(runs: dict[str, list[float]]) -> dict[str, Any]:
+    """Decode tokens/s per mode, alternated in rounds: the change of each sampling rate against
+    no sampling within the same round (drift between rounds cancels), as percentages with the
+    median and the spread over the rounds."""
+    off = runs["off"]
+    out: dict[str, Any] = {"rounds": len(off), "off_tokens_per_s_median": round(statistics.median(off), 1),
+                           "off_tokens_per_s_range": [round(min(off), 1), round(max(off), 1)]}
+    for mode in ("10 Hz", "100 Hz"):
+        changes = [100.0 * (r - o) / o for r, o in zip(runs[mode], off)]
+        out[mode] = {"change_pct_median": round(statistics.median(changes), 2),
+                     "change_pct_min": round(min(changes), 2), "change_pct_max": round(max(changes), 2),
+                     "change_pct_stdev": round(statistics.stdev(changes), 2) if len(changes) > 1 else None,
+                     "change_pct_per_round": [round(c, 2) for c in changes]}
+    return out
+
+
+def fit_file(path: Path, limit: int = MAX_FILE_BYTES) -> None:
+    """Keep a result small enough to bring back: gzip it past the limit, and past the limit
+    once gzipped, keep only a note of what it was."""
+    if not path.is_file() or path.stat().st_size <= limit:
+        return
+    gz = path.with_name(path.name + ".gz")
+    with path.open("rb") as src, gzip.open(gz, "wb") as dst:
+        shutil.copyfileobj(src, dst)
+    size = path.stat().st_size
+    path.unlink()
+    if gz.stat().st_size > limit:
+        gz.unlink()
+        path.write_text(json.dumps({"dropped": f"{size} bytes, over {limit} even gzipped"}) + "\n")
+
+
+def _kill_group(p: subprocess.Popen[Any]) -> None:
+    try:
+        os.killpg(p.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+    try:
+        p.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        pass
+
+
+def _read(f: Any) -> str:
+    f.seek(0)
+    return f.read()
+
+
+def _readline(stream: Any, timeout_s: float) -> str:
+    ready, _, _ = select.select([stream], [], [], timeout_s)
+    return stream.readline() if ready else ""
 
 
 def _last_line(text: str | None) -> str:
@@ -410,14 +735,128 @@ def _last_line(text: str | None) -> str:
     return lines[-1].strip()[:300] if lines else "(no output)"
 
 
+_TORCH_PROBE = r"""
+import json
+out = {}
+try:
+    import torch
+except Exception as exc:
+    out["error"] = f"{type(exc).__name__}: {exc}"
+else:
+    out.update(version=torch.__version__, cuda=torch.version.cuda, hip=getattr(torch.version, "hip", None))
+    try:
+        out["gpu"] = bool(torch.cuda.is_available())
+        if out["gpu"]:
+            out.update(gpu_name=torch.cuda.get_device_name(0), gpu_count=torch.cuda.device_count())
+    except Exception as exc:
+        out.update(gpu=False, gpu_error=f"{type(exc).__name__}: {exc}")
+print(json.dumps(out))
+"""
+
+# The NVML collector samples, signals, waits while nvidia-smi reads, samples again.
+_TWO_SAMPLES = r"""
+import json, sys
+from gpuscope.collectors import CollectorUnavailable, NvmlCollector
+c = NvmlCollector()
+try:
+    c.open()
+except CollectorUnavailable as exc:
+    print("NVML unavailable: " + exc.reason, flush=True)
+    sys.exit(1)
+before = {s.device: s.values for s in c.sample()}
+print("READY", flush=True)
+sys.stdin.readline()
+after = {s.device: s.values for s in c.sample()}
+c.close()
+print(json.dumps({"before": before, "after": after}))
+"""
+
+# A GPU load for the recording: torch on the GPU, else CuPy, else none (it says why). The first
+# line says which, once the load is warm.
+_LOAD = r"""
+import os, sys, time
+seconds = float(os.environ["GPUSCOPE_LOAD_SECONDS"])
+on_cpu = os.environ["GPUSCOPE_LOAD_DEVICE"] == "cpu"
+why = []
+
+def loop(step, sync, what):
+    step(); sync()
+    print("LOAD " + what, flush=True)
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        for _ in range(20):
+            step()
+        sync()
+    sys.exit(0)
+
+try:
+    import torch
+except ImportError as exc:
+    why.append(f"no torch ({exc})")
+else:
+    if on_cpu:
+        a = torch.randn(256, 256)
+        def step():
+            global a
+            a = (a @ a).clamp_(-1, 1)
+        loop(step, lambda: time.sleep(0.01), "a torch float32 matmul loop on the CPU (dry run)")
+    if torch.cuda.is_available():
+        a = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
+        def step():
+            global a
+            a = (a @ a).clamp_(-1, 1)
+        loop(step, torch.cuda.synchronize,
+             f"a torch {torch.__version__} bf16 8192^3 matmul loop on {torch.cuda.get_device_name(0)}")
+    why.append(f"torch {torch.__version__} sees no GPU")
+if not on_cpu:
+    try:
+        import cupy
+        a = cupy.random.random((8192, 8192), dtype=cupy.float32)
+        def step():
+            global a
+            a = cupy.clip(a @ a, -1, 1)
+        loop(step, cupy.cuda.Device().synchronize, f"a CuPy {cupy.__version__} float32 8192^3 matmul loop")
+    except SystemExit:
+        raise
+    except Exception as exc:
+        why.append(f"no CuPy ({type(exc).__name__}: {exc})")
+print("NOLOAD " + "; ".join(why)[:300], flush=True)
+"""
+
+_RUN_COUNTS = """
+SELECT r.status,
+  (SELECT count(*) FROM kernels k WHERE k.run_id = r.id AND k.kind = 'kernel') AS kernels,
+  (SELECT count(*) FROM kernels k WHERE k.run_id = r.id AND k.kind = 'kernel' AND k.op_id IS NOT NULL) AS linked,
+  (SELECT count(*) FROM ops o WHERE o.run_id = r.id) AS ops,
+  (SELECT count(*) FROM samples s JOIN devices d ON d.run_id = s.run_id AND d.device_id = s.device_id
+     WHERE s.run_id = r.id AND d.kind IN ('gpu', 'mig', 'partition')) AS gpu_samples
+FROM runs r ORDER BY r.id DESC LIMIT 1
+"""
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("outdir", nargs="?", help="where results go (default: $OUT, else ./gpu-acceptance)")
-    ap.add_argument("--dry-run", action="store_true", help="every step on the fakes, without a GPU")
+    ap.add_argument("--dry-run", action="store_true",
+                    help="every step on the fakes, without a GPU (also GPUSCOPE_ACCEPTANCE_DRY_RUN=1)")
+    ap.add_argument("--steps", metavar="LIST", help=f"only these steps, comma-separated, among {','.join(STEP_NAMES)}")
     args = ap.parse_args(argv)
+    only = None
+    if args.steps:
+        only = {s.strip() for s in args.steps.split(",") if s.strip()}
+        unknown = sorted(only - set(STEP_NAMES))
+        if unknown or not only:
+            print(f"gpu_acceptance: --steps {args.steps!r}: unknown step {', '.join(unknown) or '(none given)'}; "
+                  f"the steps are {', '.join(STEP_NAMES)}", file=sys.stderr)
+            return 2
+    dry = args.dry_run or os.environ.get("GPUSCOPE_ACCEPTANCE_DRY_RUN", "").lower() in ("1", "true", "yes")
     out = Path(args.outdir or os.environ.get("OUT") or "gpu-acceptance")
-    out.mkdir(parents=True, exist_ok=True)
-    code = Acceptance(out, args.dry_run).main()
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        print(f"gpu_acceptance: {out}: cannot create the output folder ({exc.strerror})", file=sys.stderr)
+        return 2
+    code = Acceptance(out, dry, only).main()
     print((out / "summary.md").read_text())
     return code
 

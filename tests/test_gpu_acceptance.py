@@ -1,60 +1,324 @@
 """bench/gpu_acceptance.sh: one line and exit 2 without a GPU; a dry run on the fakes goes
-through every step, keeps at most 8 small files, and a step that hangs is cut at its limit
-while the steps after it still run."""
+through every step, keeps at most 8 small files; a step that hangs is cut at its limit while
+the steps after it still run; without torch the steps that need it are skipped with the
+reason; the offline install; and the pure parts (nvidia-smi comparison, field choice, the
+sampler's cost, the recording check, the size guard)."""
 from __future__ import annotations
 
+import gzip
+import importlib.util
 import json
 import os
 import subprocess
+import sys
 import time
 from pathlib import Path
+from types import ModuleType
 
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 SCRIPT = REPO / "bench" / "gpu_acceptance.sh"
+FAKE_SMI = REPO / "tests" / "fakes" / "fake_nvidia_smi.py"
+STEPS = ["pytest_gpu", "devices", "record", "readme_run", "calibrate", "sampler_cost"]
+
+
+def _acceptance() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("gpu_acceptance", REPO / "bench" / "gpu_acceptance.py")
+    assert spec and spec.loader
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules["gpu_acceptance"] = mod
+    spec.loader.exec_module(mod)
+    return mod
+
+
+acc = _acceptance()
+
+
+def _env(**kw: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("GPUSCOPE_ACCEPTANCE", "FAKE_"))}
+    env.pop("OUT", None)
+    env.update(kw)
+    return env
+
+
+def _script(*args: str, env: dict[str, str], timeout: float = 300) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(["bash", str(SCRIPT), *args], capture_output=True, text=True, env=env, timeout=timeout)
 
 
 def _no_gpu_here() -> bool:
     return not (Path("/dev/nvidia0").exists() or Path("/dev/kfd").exists())
 
 
+# -- the script ---------------------------------------------------------------------------------
+
 @pytest.mark.skipif(not _no_gpu_here(), reason="this machine has a GPU")
 def test_without_a_gpu_exits_2_with_one_line(tmp_path: Path) -> None:
-    env = dict(os.environ, PATH="/usr/bin:/bin")  # no nvidia-smi / amd-smi
+    env = _env(PATH="/usr/bin:/bin")  # no nvidia-smi / amd-smi
     t0 = time.monotonic()
-    p = subprocess.run(["bash", str(SCRIPT), str(tmp_path / "out")], capture_output=True, text=True, env=env, timeout=30)
+    p = _script(str(tmp_path / "out"), env=env, timeout=30)
     assert p.returncode == 2
     assert len(p.stderr.strip().splitlines()) == 1 and "no NVIDIA or AMD GPU" in p.stderr
     assert p.stdout == "" and time.monotonic() - t0 < 5
     assert not (tmp_path / "out").exists()
 
 
-def test_bad_option_exits_2(tmp_path: Path) -> None:
-    p = subprocess.run(["bash", str(SCRIPT), "--frobnicate"], capture_output=True, text=True, timeout=30)
-    assert p.returncode == 2 and "unknown option --frobnicate" in p.stderr
+@pytest.mark.parametrize("args, fragment", [(["--frobnicate", "OUT"], "unknown option --frobnicate"),
+                                            (["--dry-run", "--steps", "record,nope", "OUT"], "unknown step nope"),
+                                            (["--dry-run", "OUT", "--steps"], "--steps needs")])
+def test_bad_arguments_exit_2_with_one_line(tmp_path: Path, args: list[str], fragment: str) -> None:
+    p = _script(*(str(tmp_path / "out") if a == "OUT" else a for a in args), env=_env(), timeout=60)
+    assert p.returncode == 2 and fragment in p.stderr and len(p.stderr.strip().splitlines()) == 1, p.stderr
+    assert not (tmp_path / "out" / "summary.json").exists()
 
 
 @pytest.mark.slow
-def test_dry_run_goes_through_every_step_and_survives_a_hang(tmp_path: Path) -> None:
+def test_dry_run_goes_through_every_step_and_every_step_passes(tmp_path: Path) -> None:
     out = tmp_path / "acceptance"
-    env = dict(os.environ, GPUSCOPE_ACCEPTANCE_HANG_STEP="calibrate", GPUSCOPE_ACCEPTANCE_HANG_LIMIT_S="3")
-    env.pop("OUT", None)
-    p = subprocess.run(["bash", str(SCRIPT), "--dry-run", str(out)], capture_output=True, text=True, env=env,
-                       timeout=300)
-    assert p.returncode == 1, p.stderr  # the hung step failed
+    # the dry run by its environment variable, the folder by $OUT
+    p = _script(env=_env(GPUSCOPE_ACCEPTANCE_DRY_RUN="1", OUT=str(out)), timeout=300)
+    assert p.returncode == 0, p.stdout + p.stderr
     summary = json.loads((out / "summary.json").read_text())
-    status = {s["name"]: s for s in summary["steps"]}
-    assert list(status) == ["pytest_gpu", "devices", "record", "readme_run", "calibrate", "sampler_cost"]
-    assert status["calibrate"]["status"] == "fail" and "cut at its 3 s limit" in status["calibrate"]["detail"]
-    for name in ("pytest_gpu", "devices", "record", "readme_run", "sampler_cost"):
-        assert status[name]["status"] == "pass", status[name]
-    # the steps after the hang ran, with their numbers
-    assert status["sampler_cost"]["numbers"]["rounds"] >= 1
-    compare = json.loads((out / "compare.json").read_text())
-    used = next(d for d in compare["differences"] if d["field"] == "memory.used" and d["gpu"] == "gpu0")
-    assert used["agrees"] and used["nvidia_smi"] == 1.0  # the recorded H100: 1 MiB used
+    assert summary["dry_run"] is True and summary["result"] == "pass"
+    steps = {s["name"]: s for s in summary["steps"]}
+    assert list(steps) == STEPS
+    assert all(s["status"] == "pass" for s in steps.values()), [(s["name"], s["status"], s["detail"]) for s in steps.values()]
+    assert summary["environment"]["torch"]["version"] and summary["environment"]["nvidia_smi"]
+
     files = sorted(f for f in out.rglob("*") if f.is_file())
     assert len(files) <= 8 and all(f.stat().st_size < 4 << 20 for f in files), [(f.name, f.stat().st_size) for f in files]
-    assert {"summary.md", "summary.json", "steps.log", "recording.jsonl.gz", "analyze.json"} <= {f.name for f in files}
-    assert "| calibrate | fail |" in (out / "summary.md").read_text()
+    assert {f.name for f in files} == set(acc.OUTPUT_FILES)
+    md = (out / "summary.md").read_text()
+    assert all(f"| {name} | pass |" in md for name in STEPS) and md.startswith("# gpuscope GPU acceptance (dry run")
+
+    # devices: every value of the recorded H100 beside the fake nvidia-smi, memory by the v2 query
+    compare = json.loads((out / "compare.json").read_text())
+    used = next(c for c in compare["comparison"] if c["field"] == "memory.used" and c["gpu"] == "gpu0")
+    assert used["agrees"] and used["nvidia_smi"] == 1.0 and used["gpuscope"] == [1.0, 1.0]
+    assert {c["metric"] for c in compare["comparison"] if c.get("not_compared")} >= {"energy_j", "sm_active"}
+    assert steps["devices"]["numbers"]["compared"] >= 2 * 14
+    # record: a recording that passes the fixture check, taken under the (CPU) load
+    rec = acc.check_recording(out / "recording.jsonl.gz", seconds=3)
+    assert rec["problems"] == [] and rec["ticks"] >= 24 and steps["record"]["numbers"]["load"]
+    # the README's command: a complete run with replayed GPU telemetry, analyze --json saved
+    assert steps["readme_run"]["numbers"]["gpu_samples"] > 0 and steps["readme_run"]["numbers"]["ops"] > 0
+    assert json.loads((out / "analyze.json").read_text())["ops"]
+    assert json.loads((out / "calibrate.json").read_text())["results"]
+    runs = json.loads((out / "sampler.json").read_text())["decode"]["runs"]
+    assert set(runs) == {"off", "10 Hz", "100 Hz"} and steps["sampler_cost"]["numbers"]["rounds"] == len(runs["off"]) >= 1
+
+
+@pytest.mark.slow
+def test_a_hung_step_is_cut_and_later_steps_run_and_without_torch_its_steps_are_skipped(tmp_path: Path) -> None:
+    out = tmp_path / "acceptance"
+    env = _env(GPUSCOPE_ACCEPTANCE_HANG_STEP="devices", GPUSCOPE_ACCEPTANCE_HANG_LIMIT_S="3",
+               GPUSCOPE_ACCEPTANCE_DRY_NO_TORCH="1")
+    t0 = time.monotonic()
+    p = _script("--dry-run", "--steps", "devices,record,readme_run,calibrate,sampler_cost", str(out), env=env)
+    assert p.returncode == 1, p.stdout + p.stderr  # the hung step failed
+    assert time.monotonic() - t0 < 90
+    summary = json.loads((out / "summary.json").read_text())
+    steps = {s["name"]: s for s in summary["steps"]}
+    assert list(steps) == STEPS[1:]
+    assert steps["devices"]["status"] == "fail" and "cut at its 3 s limit" in steps["devices"]["detail"]
+    assert steps["devices"]["seconds"] < 15
+    # the step after the hang ran: an idle recording, saying why there was no load
+    assert steps["record"]["status"] == "pass", steps["record"]
+    assert "IDLE: no torch" in steps["record"]["detail"] and steps["record"]["numbers"]["load"] is None
+    for name in ("readme_run", "calibrate", "sampler_cost"):
+        assert steps[name]["status"] == "skipped" and "torch is not importable" in steps[name]["detail"], steps[name]
+    assert summary["result"] == "fail" and "| devices | fail |" in (out / "summary.md").read_text()
+    assert (out / "recording.jsonl.gz").is_file() and not (out / "analyze.json").exists()
+
+
+def test_devices_step_on_a_driver_whose_nvidia_smi_lacks_fields(tmp_path: Path) -> None:
+    out = tmp_path / "acceptance"
+    env = _env(FAKE_NVIDIA_SMI_MISSING="memory.reserved,power.draw.average")
+    p = _script("--dry-run", "--steps", "devices", str(out), env=env, timeout=120)
+    assert p.returncode == 0, p.stdout + p.stderr
+    compare = json.loads((out / "compare.json").read_text())
+    assert set(compare["nvidia_smi"]["fields_missing_on_this_driver"]) == {"memory.reserved", "power.draw.average"}
+    assert "memory.reserved" not in compare["nvidia_smi"]["query"]
+    reserved = next(c for c in compare["comparison"] if c["metric"] == "mem_reserved_bytes" and c["gpu"] == "gpu0")
+    assert reserved["not_compared"] == "this nvidia-smi has no such field"
+    # power_w is still shown beside power.draw
+    assert any(c["field"] == "power.draw" and c["gpu"] == "gpu0" and c["nvidia_smi"] == 100.89 for c in compare["comparison"])
+
+
+def test_offline_install_of_this_checkout_into_a_private_folder(tmp_path: Path) -> None:
+    wheels = tmp_path / "wheels"
+    wheels.mkdir()
+    env = _env(GPUSCOPE_ACCEPTANCE_REINSTALL="1", GPUSCOPE_ACCEPTANCE_INSTALL_ONLY="1", GPUSCOPE_WHEELS=str(wheels),
+               TMPDIR=str(tmp_path), PIP_NO_INDEX="1")
+    p = _script("--dry-run", env=env, timeout=240)
+    assert p.returncode == 0, p.stderr
+    site = Path(p.stdout.strip().splitlines()[-1])
+    assert site == tmp_path / "gpuscope-acceptance-site"
+    where = subprocess.run([sys.executable, "-c", "import gpuscope.cli, gpuscope.collectors as c; print(c.__file__)"],
+                           capture_output=True, text=True, cwd=tmp_path, env=dict(env, PYTHONPATH=str(site)))
+    assert where.returncode == 0 and Path(where.stdout.strip()).is_relative_to(site), where.stderr
+
+    (wheels / "duckdb-0.0.0-py3-none-any.whl").write_bytes(b"not a wheel")
+    p = _script("--dry-run", env=env, timeout=240)
+    assert p.returncode == 2 and len(p.stderr.strip().splitlines()) >= 1
+    assert p.stderr.strip().splitlines()[-1].startswith("gpu_acceptance: installing the wheels in")
+
+
+# -- the fake nvidia-smi -------------------------------------------------------------------------
+
+def _smi(*args: str, **env: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, str(FAKE_SMI), *args], capture_output=True, text=True,
+                          env=_env(**env), timeout=60)
+
+
+def test_fake_nvidia_smi_prints_nvidia_smis_csv_shapes() -> None:
+    p = _smi("--query-gpu=index,memory.used,power.draw,fan.speed,clocks_event_reasons.active", "--format=csv")
+    header, row0 = p.stdout.splitlines()[:2]
+    assert header == "index, memory.used [MiB], power.draw [W], fan.speed [%], clocks_event_reasons.active"
+    assert row0 == "0, 1 MiB, 100.89 W, [N/A], 0x0000000000000001"
+    p = _smi("--query-gpu=memory.reserved,temperature.memory", "--format=csv,noheader,nounits")
+    assert p.stdout.splitlines()[0] == "454, 36"
+    p = _smi("--query-gpu=memory.reserved", "--format=csv", FAKE_NVIDIA_SMI_MISSING="memory.reserved")
+    assert p.returncode == 2 and 'Field "memory.reserved" is not a valid field to query.' in p.stdout
+
+
+# -- the pure parts ------------------------------------------------------------------------------
+
+def test_help_query_gpu_is_parsed_and_fields_a_driver_lacks_are_left_out() -> None:
+    help_text = ('List of valid properties to query for the switch "--query-gpu=":\n\n'
+                 '"index"\nZero based index of the GPU.\n\n"uuid"\nThe UUID, e.g. "GPU-xxx".\n\n'
+                 '"clocks.current.sm" or "clocks.sm"\nCurrent frequency of SM clock.\n\n'
+                 '"memory.used"\nTotal memory allocated by active contexts.\n\n'
+                 '"clocks_throttle_reasons.active"\nBitmask of active clock throttle reasons.\n')
+    valid = acc.parse_help_query_gpu(help_text)
+    assert valid == {"index", "uuid", "clocks.current.sm", "clocks.sm", "memory.used", "clocks_throttle_reasons.active"}
+    query, missing = acc.choose_smi_fields(valid)
+    assert query == ["index", "uuid", "memory.used", "clocks.sm", "clocks_throttle_reasons.active"]
+    assert {"memory.reserved", "power.draw.average", "name"} - {"name"} <= missing and "memory.used" not in missing
+    # the fake's own help: every field, under the names it gives
+    fake_valid = acc.parse_help_query_gpu(_smi("--help-query-gpu").stdout)
+    assert acc.choose_smi_fields(fake_valid)[1] == set()
+
+
+GPU0 = {"key": "gpu0", "vendor": "nvidia", "kind": "gpu", "index": 0, "uuid": "GPU-a", "name": "NVIDIA H100 80GB HBM3",
+        "supported": ["mem_used_bytes", "mem_total_bytes", "sm_clock_mhz", "power_w", "sm_active", "throttle_reasons",
+                      "gpu_util"],
+        "unsupported": {"mem_temp_c": "Not Supported (NVML error 3)"}}
+GPU1 = dict(GPU0, key="gpu1", index=1, uuid="GPU-b")
+
+
+def _row(**kw: str) -> dict[str, str]:
+    return {"index": "0", "uuid": "GPU-a", "name": "NVIDIA H100 80GB HBM3", **kw}
+
+
+def test_comparison_agrees_within_the_two_readings_and_flags_what_differs() -> None:
+    before = {"gpu0": {"mem_used_bytes": 453 * 2**20, "mem_total_bytes": 81559 * 2**20, "sm_clock_mhz": 345.0,
+                       "power_w": 100.0, "sm_active": 0.0, "throttle_reasons": 1, "gpu_util": 0.0}}
+    after = {"gpu0": dict(before["gpu0"], sm_clock_mhz=1980.0, throttle_reasons=0)}
+    smi = [_row(**{"memory.used": "1", "memory.total": "81559", "clocks.sm": "1500", "power.draw.average": "101.50",
+                   "temperature.memory": "36", "clocks_event_reasons.active": "0x0000000000000001",
+                   "utilization.gpu": "[N/A]"})]
+    comparison, bad = acc.compare_with_nvidia_smi([GPU0], before, after, smi)
+    by_field = {c["field"]: c for c in comparison if c["gpu"] == "gpu0"}
+    # v1-style "used" (reserved counted) against nvidia-smi's: the difference is named
+    assert by_field["memory.used"]["agrees"] is False and by_field["memory.used"]["difference"] == 452.0
+    assert any("memory.used" in b and "453" in b for b in bad)
+    assert by_field["memory.total"]["agrees"]
+    # the clock moved between the two readings; nvidia-smi read in between
+    assert by_field["clocks.sm"]["agrees"] and by_field["clocks.sm"]["outside_readings_by"] == 0
+    assert by_field["power.draw.average"]["agrees"]
+    assert by_field["clocks_event_reasons.active"]["agrees"]  # equals the first reading
+    # nvidia-smi reports a value gpuscope does not: a disagreement, with gpuscope's reason
+    assert by_field["temperature.memory"]["agrees"] is False
+    assert any("temperature.memory" in b and "Not Supported" in b for b in bad)
+    # N/A on nvidia-smi's side only: noted, not a failure
+    assert "agrees" not in by_field["utilization.gpu"] and "N/A" in by_field["utilization.gpu"]["note"]
+    # what nvidia-smi has no field for is listed, not compared
+    sm = next(c for c in comparison if c["metric"] == "sm_active")
+    assert sm["not_compared"] == "nvidia-smi --query-gpu has no such field"
+    assert by_field["name"]["agrees"] and by_field["uuid"]["agrees"]
+    assert len(bad) == 2
+
+
+def test_comparison_maps_gpus_by_uuid_and_checks_exact_masks_and_tolerances() -> None:
+    before = {"gpu0": {"sm_clock_mhz": 1980.0, "throttle_reasons": 0}, "gpu1": {"sm_clock_mhz": 345.0, "throttle_reasons": 4}}
+    after = {k: dict(v) for k, v in before.items()}
+    # nvidia-smi lists gpu1 first; a mask that is neither reading; a clock 20 MHz off (within 30)
+    smi = [_row(index="1", uuid="GPU-b", **{"clocks.sm": "365", "clocks_event_reasons.active": "0x0000000000000004"}),
+           _row(**{"clocks.sm": "1980", "clocks_event_reasons.active": "0x0000000000000001"}),
+           _row(index="2", uuid="GPU-c", **{"clocks.sm": "345"})]
+    comparison, bad = acc.compare_with_nvidia_smi([GPU0, GPU1], before, after, smi)
+    got = {(c["gpu"], c["field"]): c for c in comparison}
+    assert got[("gpu1", "clocks.sm")]["agrees"] and got[("gpu1", "clocks.sm")]["outside_readings_by"] == 20
+    assert got[("gpu1", "clocks_event_reasons.active")]["agrees"]
+    assert got[("gpu0", "clocks_event_reasons.active")]["agrees"] is False
+    assert sorted(bad) == sorted(["gpu0 clocks_event_reasons.active: gpuscope 0, nvidia-smi 1",
+                                  "GPU 2 (GPU-c): nvidia-smi lists it, gpuscope does not"])
+    # 50 MHz past the readings is past the tolerance
+    smi[1]["clocks.sm"], smi[1]["clocks_event_reasons.active"] = "2030", "0x0"
+    _, bad = acc.compare_with_nvidia_smi([GPU0, GPU1], before, after, smi[:2])
+    assert bad == ["gpu0 clocks.sm: gpuscope 1980, nvidia-smi 2030"]
+
+
+def test_torch_steps_need_a_torch_that_sees_the_gpu() -> None:
+    cuda = {"version": "2.11.0+cu130", "cuda": "13.0", "hip": None, "gpu": True, "gpu_name": "NVIDIA H100 80GB HBM3"}
+    assert acc.torch_verdict(cuda, "python3", dry=False) == (True, "")
+    cpu = {"version": "2.13.0+cpu", "cuda": None, "hip": None, "gpu": False}
+    assert acc.torch_verdict(cpu, "python3", dry=False) == (False, "torch 2.13.0+cpu (a CPU-only build) sees no GPU")
+    assert acc.torch_verdict(cpu, "python3", dry=True) == (True, "")  # the dry run's "GPU" is the CPU
+    broken = dict(cuda, gpu=False, gpu_error="RuntimeError: CUDA driver version is insufficient")
+    ok, why = acc.torch_verdict(broken, "python3", dry=False)
+    assert not ok and why == "torch 2.11.0+cu130 (CUDA 13.0) sees no GPU: RuntimeError: CUDA driver version is insufficient"
+    ok, why = acc.torch_verdict({"error": "ModuleNotFoundError: No module named 'torch'"}, "/opt/py", dry=True)
+    assert not ok and why.startswith("torch is not importable by /opt/py (ModuleNotFoundError")
+
+
+def test_sampler_cost_is_paired_within_rounds() -> None:
+    # the machine drifts 10 % between rounds; sampling costs exactly 1 % and 2 % in every round
+    off = [1000.0, 1100.0, 1000.0, 900.0, 1000.0]
+    runs = {"off": off, "10 Hz": [x * 0.99 for x in off], "100 Hz": [x * 0.98 for x in off]}
+    cost = acc.sampler_cost(runs)
+    assert cost["rounds"] == 5 and cost["off_tokens_per_s_median"] == 1000.0
+    assert cost["10 Hz"]["change_pct_median"] == -1.0 and cost["10 Hz"]["change_pct_min"] == cost["10 Hz"]["change_pct_max"]
+    assert cost["100 Hz"]["change_pct_median"] == -2.0 and cost["100 Hz"]["change_pct_stdev"] == 0.0
+
+
+@pytest.mark.parametrize("path", sorted((REPO / "fixtures" / "recordings").glob("*.jsonl*")), ids=lambda p: p.name)
+def test_every_fixture_recording_passes_the_acceptance_check(path: Path) -> None:
+    # a real recording added from an acceptance run is held to what the run checked
+    check = acc.check_recording(path)
+    assert check["problems"] == [] and check["gpus"] and check["ticks"] >= 10
+
+
+def test_recording_check_finds_what_is_wrong(tmp_path: Path) -> None:
+    src = (REPO / "fixtures" / "recordings" / "synthetic_h100_a100.jsonl").read_text().splitlines()
+    header = json.loads(src[0])
+    rows = [json.loads(x) for x in src[1:] if x.strip()]
+    rows = [r for r in rows if not r.get("end")]
+    for r in rows:
+        if r["device"] == "gpu0":
+            r["values"]["power_w"] = None
+        if r["tick"] == 5:
+            r["ts_ns"] -= 10**10  # before tick 4
+    bad = tmp_path / "bad.jsonl.gz"
+    with gzip.open(bad, "wt") as f:
+        f.write("\n".join(json.dumps(x) for x in [header, *rows]) + "\n")
+    problems = acc.check_recording(bad, seconds=3, under_load=True)["problems"]
+    assert any("power_w" in p for p in problems) and any("time order" in p for p in problems)
+    assert not any("fell behind" in p for p in problems) and not any("utilisation" in p for p in problems)
+    assert any("fell behind" in p for p in acc.check_recording(bad, seconds=60)["problems"])
+
+
+def test_results_too_large_to_bring_back_are_gzipped_or_dropped(tmp_path: Path) -> None:
+    text = tmp_path / "analyze.json"
+    text.write_text(json.dumps({"ops": [{"name": "aten::mm", "i": i} for i in range(200_000)]}))
+    acc.fit_file(text, limit=1 << 20)
+    assert not text.exists() and (tmp_path / "analyze.json.gz").stat().st_size < 1 << 20
+    noise = tmp_path / "steps.log"
+    noise.write_bytes(os.urandom(2 << 20))
+    acc.fit_file(noise, limit=1 << 20)
+    assert not (tmp_path / "steps.log.gz").exists() and "dropped" in json.loads(noise.read_text())
+    small = tmp_path / "sampler.json"
+    small.write_text("{}")
+    acc.fit_file(small, limit=1 << 20)
+    assert small.read_text() == "{}"
