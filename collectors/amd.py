@@ -80,6 +80,9 @@ _LOST_CODES = frozenset({_FILE_NOT_FOUND})
 _PERMANENT_CODES = frozenset({_NOT_SUPPORTED, _NO_PERM})
 
 _ENERGY_RESOLUTION_UJ = 15.259  # 2**-16 J, the usual energy_accumulator tick
+# NVML's v2 memory query reports the driver's reservation apart from "used"; amdsmi's VRAM
+# usage has no such figure.
+_NO_RESERVED = "amdsmi reports no driver-reserved memory apart from used (an NVML v2 figure)"
 _KIB = 1024
 _MIB = 1024 * 1024
 
@@ -397,6 +400,7 @@ class AmdSmiCollector(Collector):
         unsupported.setdefault("pcie_tx_bytes_per_s", "amdsmi gives PCIe bandwidth only for both directions (pcie_bytes_per_s)")
         unsupported.setdefault("pcie_rx_bytes_per_s", unsupported["pcie_tx_bytes_per_s"])
         unsupported.setdefault("fan_speed", "no fan speed ratio in amdsmi gpu_metrics (RPM only)")
+        unsupported.setdefault("mem_reserved_bytes", _NO_RESERVED)
         info.supported = tuple(m for m in GPU_METRIC_NAMES if m in supported)
         info.unsupported = {m: unsupported.get(m, "not supported by this GPU")
                             for m in GPU_METRIC_NAMES if m not in supported}
@@ -833,6 +837,7 @@ class AmdSmiCliCollector(Collector):
             for m in ("proc_gpu_mem_bytes", "proc_gpu_util", "power_limit_w", "throttle_reasons",
                       "xgmi_nvlink_tx_bytes_per_s", "xgmi_nvlink_rx_bytes_per_s"):
                 reasons[m] = "not read through the amd-smi CLI fallback (install amdsmi for it)"
+            reasons["mem_reserved_bytes"] = _NO_RESERVED
             info.unsupported = {m: reasons[m] for m in GPU_METRIC_NAMES if m not in supported}
             self._index_to_key[idx] = info.key
             devices.append(info)

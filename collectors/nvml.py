@@ -375,15 +375,17 @@ class NvmlCollector(Collector):
         if True:
             add(("gpu_util", "mem_util"), lambda h: _util(mod, h))
             # nvidia-smi's "used" is the v2 query's: v1 counts what the driver reserves as
-            # used (an idle H100: 453 MiB against nvidia-smi's 1 MiB). v1 only on drivers without v2.
+            # used (an idle H100: 453 MiB against nvidia-smi's 1 MiB). v1 only where v2 fails and v1 answers.
+            # `memory_query` says which query the stored "used" comes from (absent: neither answers).
             query, why_v1 = _memory_query(mod, h)
-            info.properties["memory_query"] = query
             if query == "v2":
-                add(("mem_used_bytes", "mem_total_bytes", "mem_reserved_bytes"), lambda h: _mem_v2(mod, h))
+                if add(("mem_used_bytes", "mem_total_bytes", "mem_reserved_bytes"), lambda h: _mem_v2(mod, h)):
+                    info.properties["memory_query"] = "v2"
             else:
-                info.properties["memory_query_note"] = why_v1
-                add(("mem_used_bytes", "mem_total_bytes"), lambda h: _mem(mod, h))
-                unsupported.setdefault("mem_reserved_bytes", why_v1)
+                unsupported.setdefault("mem_reserved_bytes", why_v1 or "")
+                if add(("mem_used_bytes", "mem_total_bytes"), lambda h: _mem(mod, h)):
+                    info.properties["memory_query"] = "v1"
+                    info.properties["memory_query_note"] = why_v1
             add(("temp_c",), lambda h: {"temp_c": float(mod.nvmlDeviceGetTemperature(h, 0))})
             add(("sm_clock_mhz",), lambda h: {"sm_clock_mhz": float(mod.nvmlDeviceGetClockInfo(h, 1))})
             add(("mem_clock_mhz",), lambda h: {"mem_clock_mhz": float(mod.nvmlDeviceGetClockInfo(h, 2))})
@@ -793,19 +795,30 @@ def _mem_v2(mod: Any, h: Any) -> dict[str, int]:
 #: (no nvmlDeviceGetMemoryInfo_v2 symbol, drivers before R510), ARGUMENT_VERSION_MISMATCH (25),
 #: NOT_SUPPORTED.
 _NO_V2_CODES = frozenset({_FUNCTION_NOT_FOUND, 25, _NOT_SUPPORTED})
+_V1_NOTE = "used memory includes what the driver reserves"
 
 
 def _memory_query(mod: Any, h: Any) -> tuple[str, str | None]:
-    """``("v2", None)`` when the v2 memory query answers, else ``("v1", why)``."""
+    """``("v2", None)`` when the v2 memory query answers, else ``("v1", why)``.
+
+    v1 is chosen only where it answers itself: a v2 failure whose v1 fails too stays "v2", so
+    that the read reports v2's error (GB10-class unified-memory GPUs answer v2 but not v1)."""
     if getattr(mod, "nvmlMemory_v2", None) is None:
-        return "v1", "this nvidia-ml-py has no v2 memory query: used memory includes what the driver reserves"
+        return "v1", f"this nvidia-ml-py has no v2 memory query: {_V1_NOTE}"
     try:
         mod.nvmlDeviceGetMemoryInfo(h, version=mod.nvmlMemory_v2)
     except Exception as exc:
-        if _code(exc) in _NO_V2_CODES or _code(exc) is None:
-            return "v1", (f"the driver has no v2 memory query ({nvml_error_reason(exc)}): "
-                          "used memory includes what the driver reserves")
-        return "v2", None  # a passing error: the read itself reports it
+        code = _code(exc)
+        if code in _LOST_CODES:
+            return "v2", None  # the probe of the read says the GPU is lost
+        try:
+            mod.nvmlDeviceGetMemoryInfo(h)
+        except Exception:
+            return "v2", None
+        if code in _NO_V2_CODES or code is None:
+            return "v1", f"the driver has no v2 memory query ({nvml_error_reason(exc)}): {_V1_NOTE}"
+        # other errors of v2 alone (UNKNOWN under WSL) would fail every tick: v1 answers
+        return "v1", f"the v2 memory query fails on this device ({nvml_error_reason(exc)}): {_V1_NOTE}"
     return "v2", None
 
 

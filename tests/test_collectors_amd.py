@@ -487,3 +487,15 @@ def test_devices_shows_the_rocm71_banner_and_why_metrics_are_missing(tmp_path: P
     assert "  note: Permission needed to access required GPU device node(s):" in text
     assert "  note: - /dev/dri/card0: Permission denied; owner=root(0):video(39);" in text
     assert "amd-smi warned about device permissions (render/video groups), see the note" in text
+
+
+def test_reserved_memory_is_none_on_amd_and_says_why(tmp_path: Path) -> None:
+    # NVML's v2 memory query reports the driver's reservation apart; amdsmi has no such figure
+    fake, c, devs = _open()
+    assert _rows(c)["gpu0"].values.get("mem_reserved_bytes") is None
+    assert devs["gpu0"].unsupported["mem_reserved_bytes"].startswith("amdsmi reports no driver-reserved memory")
+    cli = _cli_collector(_fake_amd_smi(tmp_path, "w7700_usage"))
+    (dev,) = cli.open()
+    assert cli.sample()[0].values.get("mem_reserved_bytes") is None
+    assert dev.unsupported["mem_reserved_bytes"].startswith("amdsmi reports no driver-reserved memory")
+    cli.close()

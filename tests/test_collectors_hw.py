@@ -32,6 +32,15 @@ def _smi() -> list[dict[str, str]]:
     return [dict(zip(fields.split(","), (x.strip() for x in line.split(",")))) for line in out.strip().splitlines()]
 
 
+def _smi_reserved_mib() -> dict[int, float] | None:
+    """``memory.reserved`` per GPU index, or None where this nvidia-smi has no such field."""
+    p = subprocess.run(["nvidia-smi", "--query-gpu=index,memory.reserved", "--format=csv,noheader,nounits"],
+                       capture_output=True, text=True)
+    if p.returncode != 0:
+        return None
+    return {int(i): float(r) for i, r in (line.split(",") for line in p.stdout.strip().splitlines())}
+
+
 def test_values_are_sane_next_to_nvidia_smi() -> None:
     c = NvmlCollector()
     try:
@@ -48,7 +57,15 @@ def test_values_are_sane_next_to_nvidia_smi() -> None:
         v = rows[d.key].values
         assert d.name == smi["name"]
         assert v["mem_total_bytes"] / 2**20 == pytest.approx(float(smi["memory.total"]), rel=0.01)
-        assert v["mem_used_bytes"] / 2**20 == pytest.approx(float(smi["memory.used"]), abs=1024)
+        if d.properties.get("memory_query") == "v2":
+            # the v2 query is nvidia-smi's own: equal up to its whole-MiB rounding and what a
+            # process allocated in between (v1 was off by the reservation, 453 MiB on an idle H100)
+            assert v["mem_used_bytes"] / 2**20 == pytest.approx(float(smi["memory.used"]), abs=64)
+            reserved = _smi_reserved_mib()
+            if reserved is not None:
+                assert v["mem_reserved_bytes"] / 2**20 == pytest.approx(reserved[int(smi["index"])], abs=2)
+        else:
+            assert v["mem_used_bytes"] / 2**20 == pytest.approx(float(smi["memory.used"]), abs=1024)
         assert 0 <= v["gpu_util"] <= 1 and 0 <= v["mem_util"] <= 1
         assert v["power_w"] == pytest.approx(float(smi["power.draw"]), rel=0.5, abs=60)
         assert v["temp_c"] == pytest.approx(float(smi["temperature.gpu"]), abs=5)

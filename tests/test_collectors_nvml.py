@@ -294,3 +294,103 @@ def test_driver_without_v2_falls_back_to_v1_and_says_so() -> None:
     assert "Function Not Found" in dev.properties["memory_query_note"] or "not found" in dev.properties["memory_query_note"].lower()
     assert v["mem_used_bytes"] == 524_288_000 and v.get("mem_reserved_bytes") is None
     assert "mem_reserved_bytes" in dev.unsupported and "reserve" in dev.unsupported["mem_reserved_bytes"]
+
+
+def _dump_with_memory(**memory: str):
+    """The real H100 dump's table, with ``memory`` errors added for both GPUs."""
+    table = load_table("nvml_h100x8_nvsmi_dump.json")
+    for d in table["devices"]:
+        d["base"]["memory"].update(memory)
+    return table
+
+
+def test_v2_failing_otherwise_falls_back_to_v1_where_v1_answers() -> None:
+    # under WSL the v2 query answers UNKNOWN (nvitop pull request #30; pynvml issue #42): keeping
+    # v2 would leave memory empty on every tick
+    table = _dump_with_memory(v2="UNKNOWN")
+    c = NvmlCollector(nvml=FakeNvml(table, epoch_us=EPOCH_US), gpm_min_interval_s=0.0)
+    dev = {d.key: d for d in c.open()}["gpu0"]
+    v = _rows(c)["gpu0"].values
+    assert dev.properties["memory_query"] == "v1"
+    assert "v2 memory query fails" in dev.properties["memory_query_note"]
+    assert v["mem_used_bytes"] == (1 + 454) * MIB  # v1: total - free, the reservation counted
+    assert v.get("mem_reserved_bytes") is None and "reserve" in dev.unsupported["mem_reserved_bytes"]
+
+
+def test_v1_refused_but_v2_answering_keeps_v2() -> None:
+    # GB10 (DGX Spark, unified memory) refuses v1 with NOT_SUPPORTED and answers v2
+    # (xorbitsai/inference pull request #4990)
+    c = NvmlCollector(nvml=FakeNvml(_dump_with_memory(v1="NOT_SUPPORTED"), epoch_us=EPOCH_US), gpm_min_interval_s=0.0)
+    dev = {d.key: d for d in c.open()}["gpu0"]
+    v = _rows(c)["gpu0"].values
+    assert dev.properties["memory_query"] == "v2" and "memory_query_note" not in dev.properties
+    assert v["mem_used_bytes"] == 1 * MIB and v["mem_reserved_bytes"] == 454 * MIB
+
+
+def test_neither_memory_query_answering_leaves_memory_unsupported() -> None:
+    c = NvmlCollector(nvml=FakeNvml(_dump_with_memory(v1="NOT_SUPPORTED", v2="NOT_SUPPORTED"), epoch_us=EPOCH_US),
+                      gpm_min_interval_s=0.0)
+    dev = {d.key: d for d in c.open()}["gpu0"]
+    v = _rows(c)["gpu0"].values
+    assert "memory_query" not in dev.properties
+    assert {"mem_used_bytes", "mem_total_bytes", "mem_reserved_bytes"} <= set(dev.unsupported)
+    assert v.get("mem_used_bytes") is None and v.get("mem_reserved_bytes") is None
+    assert v["power_w"] == pytest.approx(100.89)  # the rest of the device is read as before
+
+
+class _StubNvmlLib:
+    """A stand-in for libnvidia-ml.so behind the real nvidia-ml-py: answers the memory queries
+    with the dump's GPU 0 figures; ``v2=False`` is a library without ``nvmlDeviceGetMemoryInfo_v2``."""
+
+    def __init__(self, fake: FakeNvml, v2: bool) -> None:
+        self.fake = fake
+        if v2:
+            self.nvmlDeviceGetMemoryInfo_v2 = self._v2
+
+    def nvmlDeviceGetMemoryInfo(self, handle, ref) -> int:
+        m = self.fake.nvmlDeviceGetMemoryInfo(handle)
+        ref._obj.total, ref._obj.free, ref._obj.used = m.total, m.free, m.used
+        return 0
+
+    def _v2(self, handle, ref) -> int:
+        try:
+            m = self.fake.nvmlDeviceGetMemoryInfo(handle, version=ref._obj.version)
+        except Exception as exc:
+            return exc.value
+        ref._obj.total, ref._obj.reserved, ref._obj.free, ref._obj.used = m.total, m.reserved, m.free, m.used
+        return 0
+
+
+@pytest.mark.parametrize("v2", [True, False])
+def test_the_fake_memory_queries_behave_like_real_nvidia_ml_py(monkeypatch, v2: bool) -> None:
+    """The real binding over a stub library: what it raises without the v2 symbol, and what the
+    collector's queries make of its structs, are what the fake gives."""
+    pynvml = pytest.importorskip("pynvml")
+    from gpuscope.collectors.nvml import _mem, _mem_v2, _memory_query
+
+    fake = FakeNvml("nvml_h100x8_nvsmi_dump.json", epoch_us=EPOCH_US)
+    fake.nvmlInit()
+    h = fake.nvmlDeviceGetHandleByIndex(0)
+    monkeypatch.setattr(pynvml, "nvmlLib", _StubNvmlLib(fake, v2=v2))
+    monkeypatch.setattr(pynvml, "_nvmlGetFunctionPointer_cache", {})
+    assert pynvml.nvmlMemory_v2 == fake.nvmlMemory_v2
+    for mod in (pynvml, fake):
+        if v2:
+            assert _memory_query(mod, h) == ("v2", None)
+            assert _mem_v2(mod, h) == {"mem_used_bytes": MIB, "mem_total_bytes": 81559 * MIB,
+                                       "mem_reserved_bytes": 454 * MIB}
+            # the bare structure version (2) is refused: FUNCTION_NOT_FOUND from the driver
+            # (gpuopenanalytics/pynvml issue #59, jp7677/dxvk-nvapi pull request #198)
+            with pytest.raises(Exception) as exc:
+                mod.nvmlDeviceGetMemoryInfo(h, version=2)
+            assert type(exc.value).__name__ == "NVMLError_FunctionNotFound"
+        else:
+            fake.table["devices"][0]["base"]["memory"]["v2"] = "FUNCTION_NOT_FOUND"
+            fake._cache.clear()
+            with pytest.raises(Exception) as exc:
+                mod.nvmlDeviceGetMemoryInfo(h, version=mod.nvmlMemory_v2)
+            assert type(exc.value).__name__ == "NVMLError_FunctionNotFound"
+            assert exc.value.value == pynvml.NVML_ERROR_FUNCTION_NOT_FOUND
+            query, why = _memory_query(mod, h)
+            assert query == "v1" and "function not found" in why
+        assert _mem(mod, h)["mem_used_bytes"] == 455 * MIB  # v1: the reservation counted as used

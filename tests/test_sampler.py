@@ -367,3 +367,97 @@ def test_sampler_watches_the_process_tree(monkeypatch) -> None:
     host = mem.rows("host")[-1].values
     assert host["proc_count"] >= 1 and host["proc_rss_bytes"] > 0
     assert mem.rows("gpu0")[-1].values["proc_gpu_mem_bytes"] == 0  # our pid has no memory on the fake GPU
+
+
+# -- memory: nvidia-smi's "used", the driver's reservation apart ---------------------------------
+
+MIB = 1 << 20
+
+
+def test_store_holds_nvidia_smis_memory_figures_and_which_query_gave_them(db: Path) -> None:
+    """The real 8x H100 `nvidia-smi -q` dump: Used 1 MiB, Reserved 454 MiB on both GPUs; a driver
+    without the v2 query stores v1's used and NULL reserved, and says so in devices.properties."""
+    nv = NvmlCollector(nvml=FakeNvml("nvml_h100x8_nvsmi_dump.json"), gpm_min_interval_s=0.0)
+    Sampler([nv], [StoreSink(db, name="h100", flush_s=0.0)], interval_s=0.02, max_ticks=3).run(10)
+    old = NvmlCollector(nvml=FakeNvml("nvml_old_driver.json"), gpm_min_interval_s=0.0)
+    Sampler([old], [StoreSink(db, name="v100", flush_s=0.0)], interval_s=0.02, max_ticks=3).run(10)
+    con = store.connect(db, read_only=True)
+    try:
+        rows = con.execute(
+            "SELECT r.name, d.key, min(s.mem_used_bytes), max(s.mem_used_bytes), min(s.mem_reserved_bytes), "
+            "count(s.mem_reserved_bytes), count(*), json_extract_string(d.properties, '$.memory_query') "
+            "FROM samples s JOIN runs r ON r.id = s.run_id JOIN devices d USING (run_id, device_id) "
+            "GROUP BY ALL ORDER BY 1, 2").fetchall()
+        assert rows == [("h100", "gpu0", MIB, MIB, 454 * MIB, 3, 3, "v2"),
+                        ("h100", "gpu1", MIB, MIB, 454 * MIB, 3, 3, "v2"),
+                        ("v100", "gpu0", 524_288_000, 524_288_000, None, 0, 3, "v1")]
+        props = json.loads(con.execute("SELECT properties FROM devices d JOIN runs r ON r.id = d.run_id "
+                                       "WHERE r.name = 'v100'").fetchone()[0])
+        assert "function not found" in props["memory_query_note"]
+        assert "reserve" in props["unsupported"]["mem_reserved_bytes"]
+    finally:
+        con.close()
+
+
+def test_migration_from_schema_3_adds_mem_reserved_bytes_null_for_old_rows(tmp_path: Path, monkeypatch) -> None:
+    from gpuscope import metrics
+
+    path = tmp_path / "v3.duckdb"
+    monkeypatch.setattr(store, "METRICS", tuple(m for m in metrics.METRICS if m.name != "mem_reserved_bytes"))
+    monkeypatch.setattr(store, "SCHEMA_VERSION", 3)
+    con = store.connect(path)
+    con.execute("INSERT INTO samples (run_id, device_id, ts_ns, mem_used_bytes) VALUES (1, 0, 5, ?)", [455 * MIB])
+    con.close()
+    monkeypatch.undo()
+    con = store.connect(path)
+    try:
+        assert store.schema_version(con) == store.SCHEMA_VERSION >= 4
+        assert con.execute("SELECT mem_used_bytes, mem_reserved_bytes FROM samples").fetchall() == [(455 * MIB, None)]
+        assert [r[1] for r in con.execute("DESCRIBE samples").fetchall()
+                if r[0] == "mem_reserved_bytes"] == ["BIGINT"]
+    finally:
+        con.close()
+
+
+def test_recordings_carry_the_reserved_memory_and_old_ones_replay_it_as_null(db: Path, tmp_path: Path) -> None:
+    # the synthetic fixture predates mem_reserved_bytes: its rows replay with the column NULL
+    assert "mem_reserved_bytes" not in load_recording(SYNTHETIC).header["metrics"]
+    rep = ReplayCollector(SYNTHETIC, realtime=False)
+    rep.open()
+    assert all(s.values.get("mem_reserved_bytes") is None for s in rep.sample())
+    Sampler([ReplayCollector(SYNTHETIC, realtime=False)], [StoreSink(db, name="old", flush_s=0.0)],
+            interval_s=0.01).run(20)
+    # a recording of the H100 dump keeps it, and which query gave "used"
+    out = tmp_path / "h100.jsonl.gz"
+    nv = NvmlCollector(nvml=FakeNvml("nvml_h100x8_nvsmi_dump.json"), gpm_min_interval_s=0.0)
+    Sampler([nv], [RecordingSink(out)], interval_s=0.02, max_ticks=2).run(10)
+    rec = load_recording(out)
+    assert rec.header["metrics"]["mem_reserved_bytes"] == "By"
+    assert [d.properties["memory_query"] for d in rec.devices] == ["v2", "v2"]
+    assert {r["values"]["mem_reserved_bytes"] for t in rec.ticks for r in t} == {454 * MIB}
+    Sampler([ReplayCollector(out, realtime=False)], [StoreSink(db, name="new", flush_s=0.0)], interval_s=0.01).run(20)
+    con = store.connect(db, read_only=True)
+    try:
+        got = dict(con.execute("SELECT r.name, count(s.mem_used_bytes) > 0 AND count(s.mem_reserved_bytes) = 0 "
+                               "FROM samples s JOIN runs r ON r.id = s.run_id GROUP BY 1").fetchall())
+        assert got == {"old": True, "new": False}
+        assert con.execute("SELECT DISTINCT mem_used_bytes, mem_reserved_bytes FROM samples s JOIN runs r "
+                           "ON r.id = s.run_id WHERE r.name = 'new'").fetchall() == [(MIB, 454 * MIB)]
+    finally:
+        con.close()
+
+
+def test_devices_says_which_memory_query_it_uses(monkeypatch) -> None:
+    monkeypatch.setattr("gpuscope.collectors.amd.DEFAULT_ROCM_GLOBS", ("/nonexistent*",))
+    monkeypatch.setattr("gpuscope.collectors.amd.find_amd_smi", lambda: None)
+    monkeypatch.setitem(sys.modules, "pynvml", FakeNvml("nvml_h100x8_nvsmi_dump.json"))
+    r = run_cli("devices", "--json")
+    assert r.code == 0, r.err
+    gpus = [d for d in r.json()["devices"] if d["kind"] == "gpu"]
+    assert [d["properties"]["memory_query"] for d in gpus] == ["v2", "v2"]
+    assert all("mem_reserved_bytes" in d["supported"] for d in gpus)
+    assert run_cli("devices").out.count("memory_query v2") == 2
+    monkeypatch.setitem(sys.modules, "pynvml", FakeNvml("nvml_old_driver.json"))
+    text = run_cli("devices", "--all-reasons").out
+    assert "memory_query v1" in text
+    assert "missing mem_reserved_bytes: the driver has no v2 memory query" in text

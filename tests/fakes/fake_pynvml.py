@@ -278,13 +278,19 @@ class FakeNvml:
         """As the driver answers: the table's ``memory`` holds what nvidia-smi shows (``used``
         without ``reserved``). v1 counts the reserved memory as used (used = total - free);
         v2 reports it apart. ``"v2": "FUNCTION_NOT_FOUND"`` in ``memory`` makes a driver without
-        the v2 symbol (pynvml then raises NVMLError_FunctionNotFound)."""
+        the v2 symbol (pynvml then raises NVMLError_FunctionNotFound); ``"v2"``/``"v1"`` name any
+        error either query gives on that device (``"UNKNOWN"``: v2 under WSL; ``"NOT_SUPPORTED"``:
+        v1 on a unified-memory GB10). A version other than ``nvmlMemory_v2`` (say the bare ``2``)
+        gets FUNCTION_NOT_FOUND, as the real driver answers it."""
         m = self._get(h, "memory", "nvmlDeviceGetMemoryInfo")
         reserved = m.get("reserved", 0)
         free = m["total"] - m["used"] - reserved
         if version:
+            if version != self.nvmlMemory_v2:
+                raise NVMLError(ERROR_CODES["FUNCTION_NOT_FOUND"])
             _raise_if_error(m.get("v2"))
             return _Obj(version=version, total=m["total"], reserved=reserved, used=m["used"], free=free)
+        _raise_if_error(m.get("v1"))
         return _Obj(total=m["total"], used=m["total"] - free, free=free)
 
     def nvmlDeviceGetTemperature(self, h: _Handle, sensor: int) -> int:
