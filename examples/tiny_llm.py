@@ -36,7 +36,7 @@ PRESETS: dict[str, dict[str, int]] = {
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
-def _mark(name: str, **kwargs: int) -> None:
+def _mark(name: str, **kwargs: int | str) -> None:
     """Call ``gpuscope.mark`` if it is available; swallow any error it raises."""
     if mark is not None and callable(mark):
         try:
@@ -175,29 +175,34 @@ class GenerationResult:
 
 @torch.inference_mode()
 def generate(
-    model: TinyLLM, prompt: Tensor, new_tokens: int, on_step: Callable[[], None] | None = None
+    model: TinyLLM, prompt: Tensor, new_tokens: int, on_step: Callable[[], None] | None = None, warmup: bool = False
 ) -> GenerationResult:
     """Prefill ``prompt``, then greedily decode until ``new_tokens`` tokens per sequence exist.
 
     ``on_step()`` (e.g. ``prof.step``) is called after the prefill and after every decode step.
+    Under ``gpuscope run`` each step is marked as it starts: the prefill reads the prompt and
+    generates the first token of each sequence, each decode step one more; ``warmup`` marks
+    them as warm-up, which the run's summary leaves out of tokens/s and J per token.
     """
     device, step = prompt.device, on_step or (lambda: None)
     sync: Callable[[], None] = torch.cuda.synchronize if device.type == "cuda" else lambda: None
     cache = KVCache(model.cfg, prompt.shape[0], device, model.lm_head.weight.dtype)
+    batch = prompt.shape[0]
     sync()
     t0 = time.perf_counter()
-    _mark("prefill", tokens=prompt.numel())
+    _mark("prefill", phase="warmup" if warmup else "prefill", prompt_tokens=prompt.numel(), tokens=batch)
     token = model(prompt, cache).argmax(dim=-1, keepdim=True)
     sync()
     t1 = time.perf_counter()
     step()
     out = [token]
     for _ in range(new_tokens - 1):
-        _mark("decode_step", tokens=prompt.shape[0])
+        _mark("decode_step", phase="warmup" if warmup else "decode", tokens=batch)
         token = model(token, cache).argmax(dim=-1, keepdim=True)
         out.append(token)
         step()
     sync()
+    _mark("generation_done")  # ends the last decode step
     return GenerationResult(torch.cat(out, dim=1), t1 - t0, time.perf_counter() - t1)
 
 
@@ -241,7 +246,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     model, prompt, s = setup(args)
     for _ in range(args.warmup):
-        generate(model, prompt, min(s["new_tokens"], 4))
+        generate(model, prompt, min(s["new_tokens"], 4), warmup=True)
     t_start = time.perf_counter()
     res = generate(model, prompt, s["new_tokens"])
     generations = 1

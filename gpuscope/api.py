@@ -1,8 +1,9 @@
 """The Python API for programs that want more than ``gpuscope run`` does on its own.
 
 - :func:`profile` opens a profiler window around a block of code (on the calling thread).
-- :func:`mark` records a step boundary and, optionally, how many tokens it produced; the
-  run's summary turns marks into tokens/s and energy per token.
+- :func:`mark` records the start of a step and, optionally, how many tokens it generates and
+  how many prompt tokens it reads, and its phase (prefill, decode, warm-up); the run's summary
+  turns marks into generated tokens/s and energy per generated token, prefill apart.
 
 Both are cheap and safe outside ``gpuscope run``: ``mark`` then does nothing, and ``profile``
 writes its trace to ``./gpuscope-traces/`` (or ``out_dir``). Neither imports torch unless a
@@ -47,17 +48,25 @@ def profile(name: str = "profile", out_dir: str | Path | None = None) -> Iterato
                 report(f"gpuscope.profile({name!r}) could not write its trace: {type(exc).__name__}: {exc}")
 
 
-def mark(name: str = "step", *, tokens: int | None = None, step: int | None = None, **fields: Any) -> None:
-    """Record a mark (a step boundary) at this moment: ``tokens`` is the number of tokens the
-    step produced (for tokens/s and energy per token), ``step`` an optional step number; other
-    keyword fields are kept as given. Does nothing outside ``gpuscope run``. Costs a few µs
-    (one JSON line written to an open file)."""
+def mark(name: str = "step", *, tokens: int | None = None, prompt_tokens: int | None = None,
+         phase: str | None = None, step: int | None = None, **fields: Any) -> None:
+    """Record a mark at this moment: the start of a step, which lasts until the next mark of
+    this process. ``tokens``: the tokens the step generates (output tokens, for tokens/s and
+    energy per generated token); ``prompt_tokens``: the prompt tokens it reads (prefill);
+    ``phase``: ``"prefill"``, ``"decode"`` or ``"warmup"`` (warm-up marks are counted apart
+    and left out of the rates; without a phase, a mark with ``tokens`` is a decode step);
+    ``step``: an optional step number; other keyword fields are kept as given. Does nothing
+    outside ``gpuscope run``. Costs a few µs (one JSON line written to an open file)."""
     if not os.environ.get(ENV_RUN_DIR):
         return
     try:
         record: dict[str, Any] = {"ts_ns": time.time_ns(), "pid": os.getpid(), "name": str(name)}
         if tokens is not None:
             record["tokens"] = int(tokens)
+        if prompt_tokens is not None:
+            record["prompt_tokens"] = int(prompt_tokens)
+        if phase is not None:
+            record["phase"] = str(phase)
         if step is not None:
             record["step"] = int(step)
         if fields:

@@ -13,7 +13,8 @@ DESCRIPTION = (
     "Run CMD (everything after --, no shell) with telemetry sampling (NVML, AMD SMI, host) and, in its Python "
     "processes, bounded PyTorch profiler windows (no change to its code: a bootstrap on its PYTHONPATH opens "
     "them once the program imports torch). Everything is stored as one run, analyzed and summarized. "
-    "Exits with CMD's exit code."
+    "Exits with CMD's exit code. With --json, stdout carries only the summary document: CMD's own stdout "
+    "goes to stderr."
 )
 NEEDS_DB = True
 REPORTS = True
@@ -32,13 +33,29 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--profile-interval", type=float, default=None, metavar="S",
                         help="seconds between windows (default: the delay)")
     parser.add_argument("--no-profile", action="store_true", help="telemetry only: no profiler windows")
-    parser.add_argument("--tokens", type=non_negative_int, help="tokens the program generated (else from gpuscope.mark(tokens=...))")
+    parser.add_argument("--tokens", type=non_negative_int,
+                        help="tokens the program generated (output tokens, not the prompt), for tokens/s and J per "
+                             "generated token over the whole run; else they come from gpuscope.mark(tokens=...)")
     parser.add_argument("--no-analyze", action="store_true", help="store the run but do not analyze it")
     parser.add_argument("--top", type=positive_int, default=10, help="rows in the summary's top lists (default 10)")
     parser.add_argument("--replay", metavar="FILE", help="play a recording (gpuscope record) back as the GPU telemetry, "
                         "looping, instead of reading the GPUs: for demos and tests")
     parser.add_argument("-q", "--quiet", action="store_true", help="no status line or progress on stderr")
     parser.add_argument("cmd", nargs=argparse.REMAINDER, metavar="-- CMD ARGS", help="the command to run")
+    shared = parser._option_string_actions.get("--json")
+    if shared is not None:
+        # The --json flag comes from a parent parser that every reporting command shares (the same
+        # Action object): say what it does to the command's output on a copy, for `run` only.
+        import copy
+
+        own = copy.copy(shared)
+        own.help = ("print one JSON document on stdout instead of the text summary; the command's own stdout goes "
+                    "to stderr")
+        parser._actions[parser._actions.index(shared)] = own
+        parser._option_string_actions["--json"] = own
+        for group in parser._action_groups:
+            if shared in group._group_actions:
+                group._group_actions[group._group_actions.index(shared)] = own
 
 
 def run(args: argparse.Namespace) -> int:
@@ -63,7 +80,7 @@ def run(args: argparse.Namespace) -> int:
     tty = sys.stderr.isatty() and not args.quiet
     opts = RunOptions(command=cmd, db=Path(_db(args)), name=args.name, hz=args.hz, profile=profile,
                       tokens=args.tokens, status_line=tty, analyze=not args.no_analyze,
-                      replay=Path(args.replay) if args.replay else None)
+                      replay=Path(args.replay) if args.replay else None, child_stdout_to_stderr=bool(args.json))
     progress = None if args.quiet else (lambda msg: print(f"gpuscope run: {msg}", file=sys.stderr, flush=True))
     outcome = execute(opts, progress)
     summary: dict[str, Any] = outcome.summary

@@ -433,7 +433,8 @@ def render_compare(doc: dict[str, Any], top: int = 15, wide: bool = False) -> st
         if rows_only:
             total = sum(r["kernel_us"] for r in doc[key])
             out.append("")
-            out.append(f"Only in {side}: {len(doc[key])} op signatures, {fmt_us(total)}")
+            n = len(doc[key])
+            out.append(f"Only in {side}: {n} op signature{'' if n == 1 else 's'}, {fmt_us(total)}")
             out.append(table(["op", "input shapes", "calls", "time", "bound"],
                              [(cut(r["name"], 36), _dims(r["input_dims"]), r["count"],
                                fmt_us(r["kernel_us"]), BOUND_LABEL.get(r.get("bound"), "-")) for r in rows_only],
@@ -465,6 +466,44 @@ def _telemetry_stats(st: dict[str, Any]) -> str:
     return ", ".join(bits)
 
 
+def _token_lines(tele: dict[str, Any]) -> list[str]:
+    """Generated tokens, their rate and energy; decode and prefill apart; warm-up left out."""
+    gen = tele.get("generation") or {}
+    out = []
+    n = gen.get("generated_tokens")
+    if n:
+        line = f"  tokens: {n:,} generated ({gen.get('source')})"
+        if gen.get("prompt_tokens"):
+            line += f", {gen['prompt_tokens']:,} prompt"
+        rate, jpt = gen.get("tokens_per_s"), gen.get("energy_per_token_j")
+        if rate is not None:
+            line += f": {rate:,.1f} generated tokens/s"
+            if jpt is not None:
+                line += f", {jpt:.4g} J per generated token"
+            where = ("prefill and decode steps" if gen.get("basis") == "steps" else "the whole run")
+            line += f" (over {gen['seconds']:.2f} s of {where})"
+        elif tele.get("energy_j") is None:
+            line += "; no energy counter or power on this machine"
+        out.append(line)
+    parts = []
+    for name, label, key in (("decode", "decode", "tokens"), ("prefill", "prefill", "prompt_tokens")):
+        ph = gen.get(name)
+        if not ph or ph.get("tokens_per_s") is None:
+            continue
+        unit = "tokens" if key == "tokens" else "prompt tokens"
+        text = f"{label} {ph[key]:,} {unit} in {ph['seconds']:.3f} s, {ph['tokens_per_s']:,.1f} {unit}/s"
+        if ph.get("energy_per_token_j") is not None:
+            text += f", {ph['energy_per_token_j']:.4g} J per {unit[:-1]}"
+        parts.append(text)
+    if parts:
+        out.append("    " + "; ".join(parts))
+    warm = gen.get("warmup")
+    if warm:
+        out.append(f"    warm-up left out: {warm['marks']} marks, {warm['generated_tokens']:,} generated and "
+                   f"{warm['prompt_tokens']:,} prompt tokens")
+    return out
+
+
 def render_run_summary(summary: dict[str, Any], top: int = 10) -> str:
     """The summary ``gpuscope run`` prints at the end."""
     out = [f"gpuscope run {summary['run_id']}: exit code {summary['exit_code']}  (run dir {summary['run_dir']})"]
@@ -473,6 +512,8 @@ def render_run_summary(summary: dict[str, Any], top: int = 10) -> str:
     out.append(f"  profiler windows: {len(windows)}, traces: {len(traces)}, marks: {summary.get('marks', 0)}")
     if summary.get("ingest_error"):
         out.append(f"  traces not ingested: {summary['ingest_error']}")
+    for note in (summary.get("profiler") or {}).get("notes") or ():
+        out.append(f"  profiler: {note}")
     tele = summary.get("telemetry") or {}
     for g in tele.get("gpus", []):
         out.append(f"  {g['key']} ({g.get('name') or '?'}): {_telemetry_stats(g['run'])}")
@@ -486,18 +527,20 @@ def render_run_summary(summary: dict[str, Any], top: int = 10) -> str:
                              "idle") if by_class.get(cls)]
         out.append("  telemetry by what the GPU was running (samples inside the traced windows): " + "; ".join(parts))
     if tele.get("energy_j") is not None:
-        line = f"  energy: {tele['energy_j']:.1f} J ({tele['energy_source']})"
-        if tele.get("energy_integrated_j") is not None and tele.get("energy_source") == "counter":
+        line = f"  energy over the run: {tele['energy_j']:.1f} J ({tele['energy_source']})"
+        if tele.get("energy_integrated_j") is not None and tele.get("energy_source") != "integrated power":
             line += f"; integrated power {tele['energy_integrated_j']:.1f} J"
-        if tele.get("energy_per_token_j") is not None:
-            line += f"; {tele['energy_per_token_j']:.3f} J/token over {tele['tokens']} tokens ({tele['token_source']})"
         out.append(line)
-    elif tele.get("tokens"):
-        out.append(f"  tokens: {tele['tokens']} ({tele['token_source']}); no energy counter or power on this machine")
+    for note in tele.get("energy_notes") or ():
+        out.append(f"    {note}")
+    out.extend(_token_lines(tele))
     if not tele.get("gpus"):
-        out.append("  no GPU telemetry (no NVIDIA or AMD GPU found: see `gpuscope devices`)")
+        if summary.get("replay"):
+            out.append(f"  no GPU telemetry (the recording {summary['replay']} has no GPU)")
+        else:
+            out.append("  no GPU telemetry (no NVIDIA or AMD GPU found: see `gpuscope devices`)")
     doc = summary.get("analysis")
-    if doc:
+    if doc and summary.get("traces"):  # without a trace there is nothing to break down (the profiler line says why)
         out.append("")
         out.append(render_analysis(doc, top=top))
     return "\n".join(out)

@@ -31,6 +31,7 @@ from typing import Any
 from .paths import user_umask
 from .redact import redact_command
 from .errors import GpuscopeError, InputError
+from ._bootstrap._gpuscope_boot import EVENTS_FILE, STOP_FILE
 
 BOOTSTRAP_DIR = Path(__file__).resolve().parent / "_bootstrap"
 FORWARDED_SIGNALS = ("SIGINT", "SIGTERM", "SIGHUP", "SIGQUIT")
@@ -66,6 +67,8 @@ class RunOptions:
     analyze: bool = True
     #: Play this recording back (looping) instead of reading the GPUs: for demos and tests.
     replay: Path | None = None
+    #: The child's stdout goes to gpuscope's stderr (``--json``: stdout carries the document only).
+    child_stdout_to_stderr: bool = False
 
 
 @dataclass
@@ -115,6 +118,9 @@ def child_env(run_dir: Path, run_id: int, profile: ProfileConfig, base: dict[str
     env["GPUSCOPE_RUN_ID"] = str(run_id)
     env["GPUSCOPE_PROFILE"] = profile.to_env()
     env.setdefault("VLLM_TORCH_PROFILER_DIR", str(run_dir / "traces"))
+    # Kineto prints "USDT: ... profiler_start/stop" on the program's stderr at every window,
+    # whatever its level below 6; set KINETO_LOG_LEVEL yourself to see Kineto's own messages.
+    env.setdefault("KINETO_LOG_LEVEL", "6")
     return env
 
 
@@ -147,6 +153,21 @@ def _runs_root(db: Path) -> Path:
     return db.parent / "gpuscope-runs"
 
 
+def _new_run_dir(root: Path, base: str) -> Path:
+    """A run directory nobody used before: run ids restart with a new store (a deleted store,
+    another store in the same folder), and a reused directory would hand the old run's traces
+    and marks to the new one."""
+    root.mkdir(mode=0o700, parents=True, exist_ok=True)
+    for n in range(1, 10_000):
+        path = root / (base if n == 1 else f"{base}.{n}")
+        try:
+            path.mkdir(mode=0o700)
+            return path
+        except FileExistsError:
+            continue
+    raise GpuscopeError(f"{root}: no free run directory for {base}")
+
+
 def execute(opts: RunOptions, progress: Any = None) -> RunOutcome:
     """Run the command as a recorded run; returns when the child has exited and the run is
     stored (and analyzed unless ``opts.analyze`` is False)."""
@@ -167,7 +188,9 @@ def execute(opts: RunOptions, progress: Any = None) -> RunOutcome:
 
         if not Path(opts.replay).is_file():
             raise InputError(str(opts.replay), "no such recording file")
-        collectors = [ReplayCollector(opts.replay, loop=True), HostCollector(tree)]
+        # The recording's GPUs stand in for this machine's; its host row does not: the host that
+        # runs the command (and its process tree) is this one.
+        collectors = [ReplayCollector(_gpus_only(opts.replay), loop=True), HostCollector(tree)]
     else:
         collectors = default_collectors(tree)
     degraded: list[Any] = []
@@ -175,7 +198,7 @@ def execute(opts: RunOptions, progress: Any = None) -> RunOutcome:
                       on_degradation=degraded.append)
     sampler.start()
     run_id = int(sink.run_id)  # type: ignore[arg-type]
-    run_dir = _runs_root(opts.db) / f"{run_id}-{name}"
+    run_dir = _new_run_dir(_runs_root(opts.db), f"{run_id}-{name}")
     for folder in (run_dir.parent, run_dir, run_dir / "traces"):
         folder.mkdir(mode=0o700, parents=True, exist_ok=True)
     os.chmod(run_dir, 0o700)
@@ -184,19 +207,37 @@ def execute(opts: RunOptions, progress: Any = None) -> RunOutcome:
     _update_info(opts.db, run_id, {"owner": {"pid": os.getpid(), "host": store.hostname()},
                                    "run_dir": str(run_dir), "profile": json.loads(opts.profile.to_env())})
     env = child_env(run_dir, run_id, opts.profile, bootstrap_dir=boot)
+    child_stdout = _stderr_fd() if opts.child_stdout_to_stderr else None
     try:
         # The child keeps the user's umask: gpuscope's own files are owner-only, the program's are its business.
-        child = subprocess.Popen(opts.command, env=env, process_group=0, umask=user_umask()) \
+        child = subprocess.Popen(opts.command, env=env, process_group=0, umask=user_umask(), stdout=child_stdout) \
             if sys.version_info >= (3, 11) \
-            else subprocess.Popen(opts.command, env=env, preexec_fn=os.setpgrp, umask=user_umask())  # noqa: PLW1509
+            else subprocess.Popen(opts.command, env=env, preexec_fn=os.setpgrp, umask=user_umask(),  # noqa: PLW1509
+                                  stdout=child_stdout)
     except OSError as exc:
         sampler.stop()
         _finish(opts.db, run_id, "failed", None, time.time_ns())
         raise InputError(opts.command[0], f"cannot start: {exc.strerror or exc}") from None
     tree.roots = (child.pid,)
     previous: dict[int, Any] = {}
+    stops: list[tuple[int, int]] = []  # (signal, ns) passed on to the child
+    child_done = threading.Event()
 
     def forward(signum: int, frame: Any) -> None:
+        if child_done.is_set():
+            # the child is gone and the run is being stored: a second Ctrl-C must not lose it
+            say("storing the run; it ends when the run is stored")
+            return
+        if not stops:
+            # Tell the bootstrap that exit has begun before the child hears of it: no profiler
+            # window opens from now on (an open one is closed and written at exit).
+            try:
+                (run_dir / STOP_FILE).touch()
+            except OSError:
+                pass
+            say(f"{signal.Signals(signum).name} passed on to the program; waiting for it to exit"
+                " (an open profiler window is written first)")
+        stops.append((signum, time.time_ns()))
         try:
             os.killpg(child.pid, signum)
         except ProcessLookupError:
@@ -207,20 +248,34 @@ def execute(opts: RunOptions, progress: Any = None) -> RunOutcome:
         if sig is not None:
             previous[sig] = signal.signal(sig, forward)
     try:
-        code = _wait(child, sampler, live, started_ns, opts.status_line)
+        try:
+            code = _wait(child, sampler, live, started_ns, opts.status_line)
+        finally:
+            child_done.set()
+        ended_ns = time.time_ns()
+        outcome = _store(opts, say, sampler, degraded, run_id, run_dir, code, started_ns, ended_ns, stops)
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
-    ended_ns = time.time_ns()
+    if opts.analyze:
+        outcome.summary.update(_analyze(opts.db, run_id, opts.tokens))
+    return outcome
+
+
+def _store(opts: RunOptions, say: Any, sampler: Any, degraded: list[Any], run_id: int, run_dir: Path, code: int,
+           started_ns: int, ended_ns: int, stops: list[tuple[int, int]]) -> RunOutcome:
+    """Stop the sampler, ingest the traces, store windows and marks, and close the run."""
     stats = sampler.stop()
     say(f"child exited with code {code}; storing the run")
     if degraded:
         # each degradation once, in one line: the details are in the JSON summary and `gpuscope devices`
         names = sorted({f"{getattr(d, 'device', None) or '?'}/{getattr(d, 'metric', None) or '*'}" for d in degraded})
         shown = ", ".join(names[:8]) + (f" and {len(names) - 8} more" if len(names) > 8 else "")
-        say(f"telemetry: {len(names)} metric(s) not available: {shown} (see `gpuscope devices`)")
+        where = (f"not in the recording {opts.replay}" if opts.replay is not None
+                 else "see `gpuscope devices`")
+        say(f"telemetry: {len(names)} metric(s) not available: {shown} ({where})")
     summary: dict[str, Any] = {"run_id": run_id, "exit_code": code, "run_dir": str(run_dir),
-                               "sampler": stats.to_dict()}
+                               "sampler": stats.to_dict(), "replay": str(opts.replay) if opts.replay else None}
     # Only finished traces: a window's export in progress (`.tmp`, `.part`) is left out.
     traces = sorted(p for p in (run_dir / "traces").rglob("*") if p.is_file() and p.name.endswith((".json", ".json.gz")))
     ingest_error = None
@@ -235,10 +290,91 @@ def execute(opts: RunOptions, progress: Any = None) -> RunOutcome:
     windows = _read_jsonl(run_dir / "windows.jsonl")
     marks = _read_jsonl(run_dir / "marks.jsonl")
     _finish(opts.db, run_id, "complete", code, ended_ns, started_ns, _annotation_rows(run_id, windows, marks))
-    summary.update(traces=[str(p) for p in traces], windows=windows, marks=len(marks), ingest_error=ingest_error)
-    if opts.analyze:
-        summary.update(_analyze(opts.db, run_id, opts.tokens))
+    events = _read_jsonl(run_dir / EVENTS_FILE)
+    summary.update(traces=[str(p) for p in traces], windows=windows, marks=len(marks), ingest_error=ingest_error,
+                   interrupted={"signal": signal.Signals(stops[0][0]).name, "ts_ns": stops[0][1]} if stops else None,
+                   profiler={"enabled": opts.profile.enabled,
+                             "notes": profiler_notes(opts.profile, events, windows, len(traces), started_ns,
+                                                     stops[0][1] if stops else None)})
     return RunOutcome(run_id, code, run_dir, summary)
+
+
+def _gpus_only(path: Path) -> Any:
+    """The recording at ``path`` without its host device and rows."""
+    from .collectors.replay import Recording, load_recording
+
+    rec = load_recording(path)
+    hosts = {d.key for d in rec.devices if d.kind == "host"}
+    ticks = [[r for r in tick if r.get("device") not in hosts] for tick in rec.ticks]
+    return Recording(rec.path, rec.header, [d for d in rec.devices if d.key not in hosts],
+                     [t for t in ticks if t], rec.end)
+
+
+def _stderr_fd() -> int:
+    try:
+        return sys.stderr.fileno()
+    except (AttributeError, OSError, ValueError):  # a stream without a descriptor (tests): the process's own
+        return 2
+
+
+def profiler_notes(profile: ProfileConfig, events: list[dict[str, Any]], windows: list[dict[str, Any]],
+                   traces: int, started_ns: int, stopped_ns: int | None) -> list[str]:
+    """What happened to the profiler windows, in sentences, when it is not simply "each
+    window was written": profiling off, a program that never imported torch, a process that
+    ended or was interrupted before its window was due, a window opened and never written."""
+    if not profile.enabled:
+        return ["profiling off (--no-profile or --profile-windows 0): telemetry only, no trace"]
+    armed = {e.get("pid"): e for e in events if e.get("event") == "armed"}
+    by_kind: dict[str, dict[Any, dict[str, Any]]] = {}
+    for e in events:
+        by_kind.setdefault(str(e.get("event")), {}).setdefault(e.get("pid"), e)
+    opened = [e for e in events if e.get("event") == "window_open"]
+    discarded = {e.get("path") for e in events if e.get("event") == "window_discarded"}
+    written_paths = {w.get("path") for w in windows}
+
+    def after(ns: Any, since: int) -> str:
+        return f"{max(((ns if isinstance(ns, int) else since) - since) / 1e9, 0.0):.1f} s"
+
+    notes: list[str] = []
+    if not armed:
+        if traces:
+            return []  # traces the program wrote itself (gpuscope.profile, vLLM's profiler)
+        if stopped_ns is not None:
+            notes.append(f"no profiler window: interrupted {after(stopped_ns, started_ns)} after the start, before "
+                         "the program imported torch (windows open in Python processes once they import torch)")
+        else:
+            notes.append("no profiler window: the program never imported torch (windows open in Python processes "
+                         "once they import torch)")
+        return notes
+    opened_pids = {e.get("pid") for e in opened if e.get("path") not in discarded}
+    ended_early = []
+    for pid, e in armed.items():
+        if pid in opened_pids:
+            continue
+        armed_ns = e.get("ts_ns") if isinstance(e.get("ts_ns"), int) else started_ns
+        exit_ns = (by_kind.get("exit", {}).get(pid) or {}).get("ts_ns")
+        if stopped_ns is not None and (not isinstance(exit_ns, int) or stopped_ns <= exit_ns):
+            if pid in by_kind.get("window_discarded", {}):
+                due = ", while its window was starting (dropped, nothing recorded)"
+            elif stopped_ns < armed_ns + int(profile.delay_s * 1e9):
+                due = f", before its window was due (--profile-delay {profile.delay_s:g} s)"
+            else:
+                due = ""
+            notes.append(f"pid {pid}: no profiler window: interrupted {after(stopped_ns, armed_ns)} after it imported "
+                         f"torch{due}")
+        elif isinstance(exit_ns, int) and exit_ns < armed_ns + int(profile.delay_s * 1e9):
+            ended_early.append(pid)
+        else:
+            notes.append(f"pid {pid}: no profiler window opened (its gpuscope[{pid}] lines on stderr say why)")
+    if ended_early:
+        who = f"pid {ended_early[0]}" if len(ended_early) == 1 else f"{len(ended_early)} processes"
+        notes.append(f"{who}: no profiler window: ended within --profile-delay ({profile.delay_s:g} s) of importing "
+                     "torch, before the window was due")
+    for e in opened:
+        if e.get("path") not in written_paths and e.get("path") not in discarded:
+            notes.append(f"pid {e.get('pid')}: the profiler window opened {after(e.get('ts_ns'), started_ns)} into the "
+                         "run was never written (the process ended without closing it: killed?)")
+    return notes
 
 
 #: Seconds between two updates of the status line.
@@ -344,7 +480,7 @@ def _annotation_rows(run_id: int, windows: list[dict[str, Any]], marks: list[dic
                          json.dumps({"path": w.get("path")})))
     for m in marks:
         if isinstance(m.get("ts_ns"), int):
-            value = {k: m[k] for k in ("tokens", "step", "fields") if k in m}
+            value = {k: m[k] for k in ("tokens", "prompt_tokens", "phase", "step", "fields") if k in m}
             rows.append((run_id, None, "mark", str(m.get("name")), m["ts_ns"], None, None, str(m.get("pid")), None,
                          json.dumps(value)))
     return rows

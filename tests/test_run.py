@@ -211,17 +211,32 @@ def test_workers_each_leave_a_trace(tmp_path: Path, method: str) -> None:
 
 
 def test_example_workload_run_records_windows_marks_and_tokens(tmp_path: Path) -> None:
+    from gpuscope.report import render_run_summary
+
     db = tmp_path / "s.duckdb"
     p = gpuscope(db, "run", "--json", "--profile-delay", "0.2", "--profile-duration", "1", "--", PY,
                  str(REPO / "examples" / "tiny_llm.py"), "--layers", "2", "--d-model", "128", "--new-tokens", "24",
-                 "--prompt-len", "32", "--batch", "2", "--warmup", "0", "--seconds", "4", "--json")
+                 "--prompt-len", "32", "--batch", "2", "--warmup", "1", "--seconds", "4", "--json")
     assert p.returncode == 0, p.stderr
-    lines = p.stdout.splitlines()
-    workload = json.loads(lines[0])  # the example's own one-line summary comes first
-    doc = json.loads("\n".join(lines[1:]))
+    doc = json.loads(p.stdout)  # stdout: the summary only; the example's own line went to stderr
+    workload = json.loads(next(ln for ln in p.stderr.splitlines() if ln.startswith('{"device"')))
     tele = doc["telemetry"]
-    # tiny_llm marks the prefill (batch x prompt tokens) and every decode step (batch tokens)
-    assert tele["tokens"] == workload["generations"] * (2 * 32 + 2 * 23) and tele["token_source"] == "marks"
+    gen = tele["generation"]
+    n = workload["generations"]
+    # generated tokens: batch x new tokens per generation (the prefill's first token, then the
+    # decode steps); the prompt apart; the warm-up generation (4 new tokens) left out
+    assert tele["tokens"] == gen["generated_tokens"] == n * 2 * 24 and tele["token_source"] == "marks"
+    assert gen["prompt_tokens"] == n * 2 * 32
+    assert gen["warmup"] == {"marks": 4, "generated_tokens": 2 * 4, "prompt_tokens": 2 * 32}
+    assert gen["basis"] == "steps" and gen["unclosed_tokens"] == 0  # the example ends each generation with a mark
+    assert gen["decode"]["tokens"] == n * 2 * 23 and gen["prefill"]["prompt_tokens"] == n * 2 * 32
+    # the example's own decode rate, measured around the same steps
+    assert gen["decode"]["tokens_per_s"] == pytest.approx(workload["decode_tokens_per_s"], rel=0.25)
+    assert tele["tokens_per_s"] == gen["tokens_per_s"] > 0
+    text = render_run_summary(doc)
+    assert f"tokens: {n * 2 * 24:,} generated (marks), {n * 2 * 32:,} prompt: " in text
+    assert "generated tokens/s" in text and "decode " in text and "prompt tokens/s" in text
+    assert "warm-up left out: 4 marks, 8 generated and 64 prompt tokens" in text
     assert len(doc["windows"]) == 1 and doc["analysis"]["ops"]
     w = doc["windows"][0]
     assert 0 < w["end_ns"] - w["start_ns"] <= 60e9
@@ -245,21 +260,34 @@ print(w.path)
 
 
 def test_replayed_telemetry_gives_energy_per_token_cross_checked(tmp_path: Path) -> None:
+    from gpuscope.report import render_run_summary
+
     db = tmp_path / "s.duckdb"
-    rec = REPO / "fixtures" / "recordings" / "synthetic_h100_a100.jsonl"
-    p = gpuscope(db, "run", "--json", "--replay", str(rec), "--tokens", "1000", "--hz", "10", "--", "sleep", "1.5")
+    rec = REPO / "fixtures" / "recordings" / "synthetic_h100_a100.jsonl"  # 3 s, played in a loop
+    p = gpuscope(db, "run", "--json", "--replay", str(rec), "--tokens", "1000", "--hz", "10", "--", "sleep", "4")
     assert p.returncode == 0, p.stderr
     doc = json.loads(p.stdout)
     tele = doc["telemetry"]
     keys = {g["key"] for g in tele["gpus"]}
     assert {"gpu0", "gpu1"} <= keys
     assert tele["energy_source"] == "counter" and tele["energy_j"] > 0
-    # the counter and integrated power describe the same energy (the recording is consistent)
-    assert 0.8 < tele["energy_crosscheck_ratio"] < 1.25
+    # The replay started over, and the counters with it: summed step by step, they still describe
+    # the energy that power integrated over time gives (the recording is consistent).
+    assert 0.9 < tele["energy_crosscheck_ratio"] < 1.1
+    gpu0 = next(g for g in tele["gpus"] if g["key"] == "gpu0")["energy"]
+    assert gpu0["counter"]["resets"] >= 1 and "went back" in gpu0["note"]
     assert tele["energy_per_token_j"] == pytest.approx(tele["energy_j"] / 1000)
+    assert tele["generation"]["basis"] == "run" and tele["tokens_per_s"] > 0
+    # the metrics missing are missing from the recording: `gpuscope devices` would describe this machine
     assert "metric(s) not available" in p.stderr and p.stderr.count("not available") == 1
+    assert "not in the recording" in p.stderr and "gpuscope devices" not in p.stderr
     specs = {d["key"]: d["spec"] for d in doc["analysis"]["devices"]}
     assert specs["gpu0"] == "h100-sxm"
+    # one host: this machine's (it runs the command); the recording's host is not this run's
+    hosts = run_cli("sql", "--db", str(db), "SELECT key, name FROM devices WHERE kind = 'host'", "--json").json()
+    assert len(hosts) == 1 and hosts[0]["key"] == "host" and hosts[0]["name"] != "Synthetic CPU"
+    text = render_run_summary(doc)
+    assert "energy over the run:" in text and "J per generated token" in text and "gpuscope devices" not in text
 
 
 class _SamplerWithTicks:
@@ -390,3 +418,153 @@ def test_marks_keep_their_file_open_and_survive_fork_and_a_closed_descriptor(tmp
     assert [m["name"] for m in lines] == ["step"] * 3 + ["child"] * 2 + ["after-close"]
     assert {m["pid"] for m in lines[3:5]} == {pid} and lines[0]["pid"] == lines[-1]["pid"] == os.getpid()
     assert sum(m["tokens"] for m in lines) == 3 * 4 + 2 + 2
+
+
+def test_json_stdout_is_one_document_while_the_child_prints(tmp_path: Path) -> None:
+    db = tmp_path / "s.duckdb"
+    code = "import sys; print('hello from the child'); print('{\"not\": \"the summary\"}'); sys.stdout.flush()"
+    p = gpuscope(db, "run", "--json", "--no-analyze", "-q", "--", PY, "-c", code)
+    assert p.returncode == 0, p.stderr
+    doc = json.loads(p.stdout)  # the whole of stdout is the summary
+    assert doc["exit_code"] == 0 and doc["run_id"] == 1
+    assert "hello from the child" in p.stderr and '{"not": "the summary"}' in p.stderr
+    # without --json the child's output stays on stdout, before the summary
+    p = gpuscope(db, "run", "--no-analyze", "-q", "--", PY, "-c", code)
+    assert p.stdout.startswith("hello from the child\n") and "gpuscope run 2" in p.stdout
+
+
+def test_run_help_says_where_the_childs_stdout_goes_with_json() -> None:
+    r = run_cli("run", "--help")
+    assert r.code == 0 and "own stdout goes to stderr" in " ".join(r.out.split())
+    # the --json flag is shared by every reporting command: only `run`'s help says this
+    assert "stdout goes to stderr" not in " ".join(run_cli("analyze", "--help").out.split())
+
+
+TINY = ["--layers", "1", "--d-model", "64", "--heads", "4", "--vocab", "256", "--batch", "1", "--prompt-len", "8",
+        "--new-tokens", "16", "--warmup", "0"]
+
+
+def _events(tmp_path: Path) -> list[dict]:
+    out = []
+    for f in (tmp_path / "gpuscope-runs").glob("*/profiler.jsonl"):
+        out += [json.loads(line) for line in f.read_text().splitlines() if line.strip()]
+    return out
+
+
+def _wait_for(what: str, check, proc: subprocess.Popen, timeout_s: float = 120) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not check():
+        if proc.poll() is not None:
+            raise AssertionError(f"gpuscope ended before {what}: {proc.stderr.read()}")
+        if time.monotonic() > deadline:
+            os.killpg(proc.pid, signal.SIGKILL)
+            raise AssertionError(f"no {what} within {timeout_s} s")
+        time.sleep(0.05)
+
+
+def test_ctrl_c_twice_during_a_window_writes_it_and_opens_no_other(tmp_path: Path) -> None:
+    # As at a terminal: gpuscope leads its own process group and the signals go to the group.
+    # The window would stay open 30 s: the program must end on Ctrl-C, not when the window ends.
+    db = tmp_path / "s.duckdb"
+    proc = subprocess.Popen([PY, "-m", "gpuscope", "run", "--db", str(db), "--json", "--profile-delay", "0.2",
+                             "--profile-duration", "30", "--", PY, str(REPO / "examples" / "tiny_llm.py"), *TINY,
+                             "--seconds", "120"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
+    try:
+        _wait_for("profiler window", lambda: any(e["event"] == "window_open" for e in _events(tmp_path)), proc)
+        time.sleep(1.0)  # decode steps inside the window: enough ops that writing them takes a while
+        first_ns = time.time_ns()
+        t0 = time.monotonic()
+        os.killpg(proc.pid, signal.SIGINT)
+        time.sleep(0.3)  # the program is exiting and writing its window: Ctrl-C again
+        os.killpg(proc.pid, signal.SIGINT)
+        out, err = proc.communicate(timeout=120)
+        exit_s = time.monotonic() - t0
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert proc.returncode == 130, err
+    assert "Exception ignored" not in err and "KeyboardInterrupt" in err  # the program's own traceback
+    doc = json.loads(out)
+    assert len(doc["windows"]) == 1 and len(doc["traces"]) == 1 and doc["ingest_error"] is None
+    assert doc["windows"][0]["start_ns"] < first_ns <= doc["windows"][0]["end_ns"] + 10**9
+    assert any(o["name"] == "aten::mm" for o in doc["analysis"]["ops"])  # the trace is in the run
+    assert doc["interrupted"]["signal"] == "SIGINT" and doc["profiler"]["notes"] == []
+    opened = [e for e in _events(tmp_path) if e["event"] == "window_open"]
+    assert len(opened) == 1 and opened[0]["ts_ns"] < first_ns
+    # bounded by writing the window (seconds), far from the 30 s the window would have lasted
+    assert exit_s < 25, exit_s
+
+
+SHUTS_DOWN_SLOWLY = """
+import os, sys, time, torch
+a = torch.randn(64, 64)
+def work(seconds):
+    t = time.time()
+    while time.time() - t < seconds:
+        torch.tanh(a @ a)
+try:
+    while True:
+        work(0.05)
+except KeyboardInterrupt:
+    work(4.0)  # a graceful shutdown, longer than the windows' interval
+    print('shut down')
+"""
+
+
+def test_no_window_opens_once_exit_has_begun(tmp_path: Path) -> None:
+    db = tmp_path / "s.duckdb"
+    script = tmp_path / "slow_exit.py"
+    script.write_text(SHUTS_DOWN_SLOWLY)
+    proc = subprocess.Popen([PY, "-m", "gpuscope", "run", "--db", str(db), "--json", "--no-analyze",
+                             "--profile-delay", "0.2", "--profile-duration", "0.2", "--profile-interval", "0.2",
+                             "--profile-windows", "50", "--", PY, str(script)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        _wait_for("a written window", lambda: any(p.stat().st_size for p in
+                                                  (tmp_path / "gpuscope-runs").glob("*/windows.jsonl")), proc)
+        first_ns = time.time_ns()
+        os.killpg(proc.pid, signal.SIGINT)
+        out, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert proc.returncode == 0 and "shut down" in err, err  # --json: the child's stdout is on stderr
+    doc = json.loads(out)
+    assert 1 <= len(doc["windows"]) < 50
+    # during the 4 s of shutdown, the timer would have opened several more windows
+    assert all(w["start_ns"] < first_ns for w in doc["windows"]), (first_ns, doc["windows"])
+    events = _events(tmp_path)
+    assert all(e["ts_ns"] < first_ns for e in events if e["event"] == "window_open")
+    assert any(e["event"] == "window_skipped" for e in events)
+
+
+@pytest.mark.parametrize("args,code,note", [
+    (["--no-profile"], "pass", "profiling off (--no-profile"),
+    ([], "print('no torch here')", "the program never imported torch"),
+    (["--profile-delay", "60"], "import torch", "ended within --profile-delay (60 s) of importing torch"),
+])
+def test_a_run_without_a_trace_says_why(tmp_path: Path, args: list[str], code: str, note: str) -> None:
+    from gpuscope.report import render_run_summary
+
+    db = tmp_path / "s.duckdb"
+    p = gpuscope(db, "run", "--json", *args, "--", PY, "-c", code)
+    assert p.returncode == 0, p.stderr
+    doc = json.loads(p.stdout)
+    assert doc["traces"] == [] and len(doc["profiler"]["notes"]) == 1 and note in doc["profiler"]["notes"][0]
+    text = render_run_summary(doc)
+    assert f"  profiler: {doc['profiler']['notes'][0]}" in text
+    assert "the trace is CPU-only" not in text  # there is no trace at all
+
+
+def test_run_directories_are_never_reused(tmp_path: Path) -> None:
+    # two stores in one folder (or a store deleted and made again) both start at run 1
+    code = "import gpuscope; gpuscope.mark('step', tokens=5)"
+    dirs = []
+    for name in ("a.duckdb", "b.duckdb"):
+        p = gpuscope(tmp_path / name, "run", "--json", "--no-profile", "--", PY, "-c", code)
+        assert p.returncode == 0, p.stderr
+        doc = json.loads(p.stdout)
+        assert doc["run_id"] == 1 and doc["marks"] == 1 and doc["telemetry"]["tokens"] == 5
+        dirs.append(doc["run_dir"])
+    assert dirs[0] != dirs[1] and dirs[1].endswith("1-python.2")

@@ -77,6 +77,72 @@ def report(message: str) -> None:
         pass
 
 
+#: Bootstrap events of each process, one JSON line each (``armed`` once torch is imported,
+#: ``window_open``, ``window_skipped``, ``exit``): how the run can say why a window never
+#: opened or was never written.
+EVENTS_FILE = "profiler.jsonl"
+#: ``gpuscope run`` creates this file in the run directory when it passes a stop signal
+#: (SIGINT, SIGTERM, ...) on to the program: exit has begun, no window opens any more.
+STOP_FILE = "stopping"
+#: Signals whose Python handlers wait while a window's trace is written (see _deferred_signals).
+DEFERRED_SIGNALS = ("SIGINT", "SIGTERM", "SIGHUP")
+
+
+def event(kind: str, **fields: Any) -> None:
+    """Append one bootstrap event to the run directory's events file; never raises."""
+    try:
+        append_jsonl(EVENTS_FILE, {"event": kind, "pid": os.getpid(), "ts_ns": time.time_ns(), **fields})
+    except Exception:
+        pass
+
+
+class _deferred_signals:
+    """While a window's trace is written (``with _deferred_signals() as pending``), the Python
+    handlers of SIGINT/SIGTERM/SIGHUP only note the signal: a Ctrl-C in the middle of writing
+    would raise KeyboardInterrupt inside the export and lose the whole window. ``pending``
+    lists what arrived; the caller passes it on (``raise_pending``) or, once exit is under way,
+    drops it. Handlers that are not Python functions (SIG_DFL, SIG_IGN) are left alone, and
+    off the main thread nothing changes (signal.signal only works there)."""
+
+    def __init__(self) -> None:
+        self.pending: list[int] = []
+        self._saved: dict[int, Any] = {}
+
+    def __enter__(self) -> list[int]:
+        import signal
+
+        if threading.current_thread() is not threading.main_thread():
+            return self.pending
+        for name in DEFERRED_SIGNALS:
+            sig = getattr(signal, name, None)
+            if sig is None:
+                continue
+            try:
+                previous = signal.getsignal(sig)
+                if callable(previous):
+                    signal.signal(sig, lambda signum, frame: self.pending.append(signum))
+                    self._saved[sig] = previous
+            except (ValueError, OSError):
+                continue
+        return self.pending
+
+    def __exit__(self, *exc: Any) -> None:
+        import signal
+
+        for sig, previous in self._saved.items():
+            try:
+                signal.signal(sig, previous)
+            except (ValueError, OSError):
+                pass
+
+    def raise_pending(self) -> None:
+        """Deliver the signals that arrived meanwhile to the program's own handlers."""
+        import signal
+
+        for sig in dict.fromkeys(self.pending):
+            signal.raise_signal(sig)
+
+
 #: gzip level of the traces windows write. torch's own ``.gz`` export uses level 9 and copies
 #: line by line: 115 MiB of JSON (1 s of CPU decode) took 3.8 s at level 9 against 0.4 s at
 #: level 1 (11 MiB instead of 6.6 MiB), time during which the profiled program is stopped.
@@ -131,20 +197,35 @@ class Window:
         self.prof.start()
         # after start(): setting up the profiler can take a while, and nothing is recorded until then
         self.start_ns = time.time_ns()
+        event("window_open", path=str(self.path), label=self.label)
 
-    def stop(self) -> Path | None:
+    def discard(self, reason: str) -> None:
+        """Stop recording and write nothing."""
+        prof, self.prof = self.prof, None
+        if prof is not None:
+            prof.stop()
+            event("window_discarded", path=str(self.path), reason=reason)
+
+    def stop(self, deliver_signals: bool = True) -> Path | None:
+        """Stop recording and write the trace. SIGINT/SIGTERM/SIGHUP arriving meanwhile wait
+        until the trace is written, then reach the program (``deliver_signals``) or, when the
+        program is already exiting, are dropped: a second Ctrl-C never loses the window."""
         if self.prof is None:
             return None
         prof, self.prof = self.prof, None
         # Recording ends as stop() begins; stop() then processes what was recorded, which takes
         # seconds on a busy window (2.7 s for 1 s of CPU decode, ~180k ops, on a 2-core VM).
         end_ns = time.time_ns()
-        prof.stop()
-        self.out_dir.mkdir(parents=True, exist_ok=True)
-        assert self.path is not None
-        export_gzipped(prof, self.path)
-        append_jsonl("windows.jsonl", {"pid": os.getpid(), "start_ns": self.start_ns, "end_ns": end_ns,
-                                       "path": str(self.path), "label": self.label})
+        deferred = _deferred_signals()
+        with deferred:
+            prof.stop()
+            self.out_dir.mkdir(parents=True, exist_ok=True)
+            assert self.path is not None
+            export_gzipped(prof, self.path)
+            append_jsonl("windows.jsonl", {"pid": os.getpid(), "start_ns": self.start_ns, "end_ns": end_ns,
+                                           "path": str(self.path), "label": self.label})
+        if deliver_signals:
+            deferred.raise_pending()
         return self.path
 
 
@@ -156,7 +237,9 @@ WINDOW_SIGNAL_NAME = "SIGUSR2"
 
 class _Controller:
     """Opens ``windows`` profiler windows of ``duration_s`` on the main thread, the first
-    ``delay_s`` after torch was imported, then every ``interval_s``."""
+    ``delay_s`` after torch was imported, then every ``interval_s``. Once exit has begun (the
+    interpreter runs its exit handlers, or ``gpuscope run`` passed a stop signal on) no window
+    opens; one that is open is closed and written at exit."""
 
     def __init__(self, cfg: dict[str, Any]) -> None:
         import signal
@@ -165,9 +248,13 @@ class _Controller:
         self.duration_s = float(cfg.get("duration_s", 3.0))
         self.windows = int(cfg.get("windows", 1))
         self.interval_s = float(cfg.get("interval_s", self.delay_s))
-        self.out_dir = (run_dir() or Path(".")) / "traces"
+        rd = run_dir()
+        self.out_dir = (rd or Path(".")) / "traces"
+        self.stop_path = str(rd / STOP_FILE) if rd is not None else None
         self.sig = getattr(signal, WINDOW_SIGNAL_NAME)
         self.window: Window | None = None
+        self.exiting = False
+        self.written = 0
         self.started = threading.Event()
         self.stopped = threading.Event()
         self.main_ident = threading.main_thread().ident
@@ -178,32 +265,58 @@ class _Controller:
         import atexit
 
         atexit.register(self._at_exit)
+        event("armed", delay_s=self.delay_s, duration_s=self.duration_s, windows=self.windows)
+
+    def exit_begun(self) -> bool:
+        """True once the program is exiting: its exit handlers run, or ``gpuscope run`` has
+        passed a stop signal (Ctrl-C, SIGTERM) on to it."""
+        return self.exiting or (self.stop_path is not None and os.path.exists(self.stop_path))
 
     def _on_signal(self, signum: int, frame: Any) -> None:
+        # Opening and closing take seconds (profiler start-up; processing and writing the trace).
+        # SIGINT/SIGTERM/SIGHUP meanwhile wait (`deferred`) and reach the program once the state
+        # here is consistent: a Ctrl-C never leaves a window half-written.
+        deferred = _deferred_signals()
         try:
             if self.window is None:
-                w = Window(self.out_dir, "window")
-                w.start()
-                self.window = w
+                if self.exit_begun():
+                    event("window_skipped", reason="exiting")
+                else:
+                    w: Window | None = Window(self.out_dir, "window")
+                    with deferred:
+                        assert w is not None
+                        w.start()
+                        if self.exit_begun():  # exit began while the profiler started: drop it
+                            w.discard("exit began while the profiler was starting")
+                            w = None
+                    self.window = w
                 self.started.set()
             else:
                 w, self.window = self.window, None
-                w.stop()
+                with deferred:
+                    w.stop()  # what arrives while it writes is passed on to `deferred`
+                self.written += 1
                 self.stopped.set()
         except Exception as exc:
             self.window = None
             report(f"profiler window failed: {type(exc).__name__}: {exc}")
             self.started.set()
             self.stopped.set()
+        deferred.raise_pending()
 
     def _at_exit(self) -> None:
-        # The program ends inside a window: close it so its trace is written.
+        # First thing: from here on no window opens (the timer's next signal finds `exiting`).
+        self.exiting = True
+        # The program ends inside a window: close it so its trace is written. A Ctrl-C while it
+        # is written is dropped: exit is already under way, and it would only abort the write.
         if self.window is not None:
             try:
                 w, self.window = self.window, None
-                w.stop()
+                w.stop(deliver_signals=False)
+                self.written += 1
             except Exception as exc:
                 report(f"profiler window failed at exit: {type(exc).__name__}: {exc}")
+        event("exit", windows_written=self.written)
 
     def _send(self) -> bool:
         import signal
@@ -219,6 +332,9 @@ class _Controller:
         for n in range(self.windows):
             if n:
                 time.sleep(max(self.interval_s, 0.0))
+            if self.exit_begun():
+                event("window_skipped", reason="exiting")
+                return
             self.started.clear()
             self.stopped.clear()
             if not self._send():
@@ -230,6 +346,8 @@ class _Controller:
             if self.window is None:
                 return
             time.sleep(self.duration_s)
+            if self.window is None:  # closed at exit meanwhile
+                return
             if not self._send():
                 return
             self.stopped.wait(300)
