@@ -256,6 +256,9 @@ def render_analysis(doc: dict[str, Any], top: int = 10, wide: bool = False) -> s
                     src = d.get("roof_source")
                     via = d.get("identified_via")
                     extra = "" if d.get("exact", True) else f"; inferred: {d.get('note')}"
+                    if (doc.get("roofline") or {}).get("roof") == "measured" and src != "measured":
+                        # asked for the measured roof and fell back: say so, not silently
+                        extra += f"; --roof measured: {d.get('note') or 'no calibration of this GPU'}"
                     bw = fmt_rate(d.get("mem_bw_bytes_per_s"), "B/s")
                     out.append(f"  {d['key']}: judged against {d['spec']} ({src} roof, {bw}; identified by {via}{extra})")
         if len(doc["per_device"]) > 1:

@@ -35,3 +35,15 @@ def test_devices_host_line_names_the_cpu_once(monkeypatch) -> None:
     out = run_cli("devices").out
     host = next(ln for ln in out.splitlines() if ln.startswith("host "))
     assert not host.startswith("host  host host")
+
+
+def test_roof_measured_without_a_calibration_says_it_fell_back(db, tmp_path) -> None:
+    from conftest import kernel, write_trace
+
+    trace = write_trace(tmp_path / "t.json", [kernel("gemm_kernel", float(i * 10), 5.0) for i in range(5)],
+                        deviceProperties=[{"id": 0, "name": "NVIDIA H100 80GB HBM3", "totalGlobalMem": 85520809984,
+                                           "computeMajor": 9, "computeMinor": 0, "numSms": 132}])
+    assert run_cli("ingest", trace, "-q").code == 0
+    text = run_cli("analyze", "--roof", "measured").out
+    line = next(ln for ln in text.splitlines() if "judged against" in ln)
+    assert "spec roof" in line and "--roof measured: no calibration" in line
