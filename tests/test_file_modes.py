@@ -57,17 +57,19 @@ def test_wal_is_owner_only_while_a_writer_holds_it(tmp_path: Path, umask: int) -
         os.umask(previous)
 
 
-def test_existing_store_keeps_its_mode(tmp_path: Path, umask: int) -> None:
+@pytest.mark.parametrize("shared_mode", [0o644, 0o640])
+def test_existing_store_keeps_its_mode(tmp_path: Path, umask: int, shared_mode: int) -> None:
     db = tmp_path / "shared.duckdb"
     trace = write_trace(tmp_path / "t.json", [kernel("k", 0.0, 1.0)])
     assert run_cli("ingest", trace, "--db", db, "-q").code == 0
-    os.chmod(db, 0o640)
+    os.chmod(db, shared_mode)
     assert run_cli("ingest", trace, "--db", db, "-q").code == 0
-    assert _mode(db) == 0o640
+    assert _mode(db) == shared_mode
 
 
-def test_record_out_is_owner_only(tmp_path: Path, umask: int) -> None:
-    out = tmp_path / "rec.jsonl"
+@pytest.mark.parametrize("suffix", [".jsonl", ".jsonl.gz"])
+def test_record_out_is_owner_only(tmp_path: Path, umask: int, suffix: str) -> None:
+    out = tmp_path / f"rec{suffix}"
     r = run_cli("record", "--seconds", "0.3", "--interval", "0.1", "--out", out)
     assert r.code == 0, r.err
     assert _mode(out) == 0o600
@@ -107,12 +109,13 @@ def test_ingest_spool_files_are_owner_only(tmp_path: Path, umask: int, monkeypat
         assert mode & 0o077 == 0, (path, oct(mode))
 
 
-def test_run_directory_is_private_and_child_keeps_user_umask(tmp_path: Path) -> None:
+@pytest.mark.parametrize("user_umask", [0o022, 0o000], ids=["umask022", "umask000"])
+def test_run_directory_is_private_and_child_keeps_user_umask(tmp_path: Path, user_umask: int) -> None:
     db = tmp_path / "s.duckdb"
     child_file = tmp_path / "made_by_child.txt"
     code = f"open({str(child_file)!r}, 'w').write('x')"
     p = subprocess.run(
-        [sys.executable, "-c", f"import os; os.umask(0o022); import sys; from gpuscope.cli import main; "
+        [sys.executable, "-c", f"import os; os.umask({user_umask}); import sys; from gpuscope.cli import main; "
                                f"sys.exit(main(['run', '--db', {str(db)!r}, '--no-profile', '--no-analyze', '--', "
                                f"{sys.executable!r}, '-c', {code!r}]))"],
         capture_output=True, text=True, timeout=120)
@@ -124,4 +127,22 @@ def test_run_directory_is_private_and_child_keeps_user_umask(tmp_path: Path) -> 
     assert _mode(boot) == 0o700 and (boot / "sitecustomize.py").is_file()
     assert _mode(db) == 0o600
     # the program's own files follow the user's umask, not gpuscope's
-    assert _mode(child_file) == 0o644
+    assert _mode(child_file) == 0o666 & ~user_umask
+
+
+def test_profile_window_trace_is_owner_only(tmp_path: Path, umask: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A window's trace is written inside the profiled program, under the program's umask: the
+    folder gpuscope makes for it is 0700 and the trace 0600 all the same."""
+    torch = pytest.importorskip("torch")
+    from gpuscope._bootstrap._gpuscope_boot import Window
+
+    monkeypatch.delenv("GPUSCOPE_RUN_DIR", raising=False)
+    out_dir = tmp_path / "gpuscope-traces"
+    window = Window(out_dir, "w")
+    window.start()
+    torch.ones(8, 8) @ torch.ones(8, 8)
+    path = window.stop(deliver_signals=False)
+    assert path is not None and path.is_file()
+    assert _mode(out_dir) == 0o700
+    assert _mode(path) == 0o600
+    assert [p.name for p in out_dir.iterdir()] == [path.name]  # no temporary file left behind

@@ -8,6 +8,8 @@ import sys
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from conftest import run_cli
 from gpuscope.redact import is_secret_name, redact_argv, redact_command, redact_environment
@@ -65,10 +67,42 @@ CASES = [
      "python x.py --credentials *** --aws-secret-access-key ***"),
     (["python", "x.py", "OPENAI_API_KEY=sk-abc", "temperature=0.7"], "python x.py OPENAI_API_KEY=*** temperature=0.7"),
     (["curl", "-H", "Authorization: Bearer tok123", "http://localhost:8000/v1/models"],
-     "curl -H Authorization: *** http://localhost:8000/v1/models"),
+     "curl -H Authorization: Bearer *** http://localhost:8000/v1/models"),
     (["bash", "-c", "python serve.py --api-key inner-secret --model m && echo done"],
      "bash -c python serve.py --api-key *** --model m && echo done"),
     (["sh", "-c", "HF_TOKEN=hf_inline vllm serve m --port 8000"], "sh -c HF_TOKEN=*** vllm serve m --port 8000"),
+    # LMDeploy and FastChat take several keys after one option
+    (["lmdeploy", "serve", "api_server", "internlm/internlm2-chat-7b", "--api-keys", "key-one", "key-two",
+      "--server-port", "23333"],
+     "lmdeploy serve api_server internlm/internlm2-chat-7b --api-keys *** *** --server-port 23333"),
+    (["python3", "-m", "fastchat.serve.openai_api_server", "--host", "0.0.0.0", "--api-keys", "fc1,fc2"],
+     "python3 -m fastchat.serve.openai_api_server --host 0.0.0.0 --api-keys ***"),
+    # uvicorn-style TLS options: the key file is a path, its password is not
+    (["python", "-m", "vllm.entrypoints.openai.api_server", "--ssl-keyfile", "k.pem", "--ssl-keyfile-password", "tlspw"],
+     "python -m vllm.entrypoints.openai.api_server --ssl-keyfile k.pem --ssl-keyfile-password ***"),
+    # a container launcher: NAME=value inside another option's value
+    (["docker", "run", "--gpus", "all", "--env=HF_TOKEN=hf_docker", "-e", "HUGGING_FACE_HUB_TOKEN=hf_e",
+      "ghcr.io/huggingface/text-generation-inference:2.0", "--model-id", "m"],
+     "docker run --gpus all --env=HF_TOKEN=*** -e HUGGING_FACE_HUB_TOKEN=*** "
+     "ghcr.io/huggingface/text-generation-inference:2.0 --model-id m"),
+    # Python code given on the command line
+    (["python", "-c", "from openai import OpenAI; c = OpenAI(api_key='sk-code', base_url='http://h:8000/v1')"],
+     "python -c from openai import OpenAI; c = OpenAI(api_key='***', base_url='http://h:8000/v1')"),
+    (["python", "-c", "import os; os.environ['HF_TOKEN'] = 'hf_env_in_code'; import vllm"],
+     "python -c import os; os.environ['HF_TOKEN'] = '***'; import vllm"),
+    # a quoted value with a space, inside a shell string, and shell punctuation kept
+    (["bash", "-lc", "export HF_TOKEN=hf_x; vllm serve m --api-key 'two words' --port 8000"],
+     "bash -lc export HF_TOKEN=***; vllm serve m --api-key *** --port 8000"),
+    # curl's user:password, a password holding "@", presigned URLs, a header option
+    (["curl", "-u", "admin:adm1n", "http://localhost:8000/metrics"], "curl -u admin:*** http://localhost:8000/metrics"),
+    (["python", "x.py", "--db", "postgres://u:p@ss@db:5432/x"], "python x.py --db postgres://u:***@db:5432/x"),
+    (["python", "dl.py", "https://s3.amazonaws.com/b/w.bin?X-Amz-Credential=AKIA1&X-Amz-Signature=abc1&X-Amz-Expires=60"],
+     "python dl.py https://s3.amazonaws.com/b/w.bin?X-Amz-Credential=***&X-Amz-Signature=***&X-Amz-Expires=60"),
+    (["python", "bench.py", "--auth-header", "Bearer sk-hdr", "--num-prompts", "100"],
+     "python bench.py --auth-header Bearer *** --num-prompts 100"),
+    # vocabulary tokens and switches are not credentials
+    (["python", "serve.py", "--eos-token", "</s>", "--image-token", "<image>", "--auth-disabled", "model.py"],
+     "python serve.py --eos-token </s> --image-token <image> --auth-disabled model.py"),
     # nothing to hide
     (["python", "examples/tiny_llm.py", "--seconds", "10", "--max-tokens", "64", "--keys", "3"],
      "python examples/tiny_llm.py --seconds 10 --max-tokens 64 --keys 3"),
@@ -87,11 +121,65 @@ def test_redact_command_lines(argv: list[str], expected: str) -> None:
 
 def test_secret_names() -> None:
     for name in ("--api-key", "HF_TOKEN", "--hf-token", "WANDB_API_KEY", "--apikey", "--authorization",
-                 "--access_token", "DB_PASSWORD", "--pwd", "cookie"):
+                 "--access_token", "DB_PASSWORD", "--pwd", "cookie", "--api-keys", "--access-tokens",
+                 "--ssl-keyfile-password", "--auth-header", "--jwt", "X-Amz-Signature", "sig"):
         assert is_secret_name(name), name
     for name in ("--max-tokens", "--tokenizer", "--keys", "--key-value-heads", "--ssl-keyfile", "--disable-auth",
-                 "--num-tokens", "--monkey", "--authors", "PATH", "CUDA_VISIBLE_DEVICES", "--hf-token-path"):
+                 "--num-tokens", "--monkey", "--authors", "PATH", "CUDA_VISIBLE_DEVICES", "--hf-token-path",
+                 "--num-keys", "--kv-cache-dtype", "--max-num-batched-tokens", "--disable-auth-check",
+                 "--tokenizer-mode", "--stop-tokens", "--eos-token", "--pad-token", "--api-key-env", "--token-url",
+                 "--auth-disabled", "--sort-keys", "--key-dim"):
         assert not is_secret_name(name), name
+
+
+SECRET_OPTIONS = ["--api-key", "--hf-token", "--token", "--password", "--client-secret", "--admin-api-key",
+                  "--ssl-keyfile-password", "-api-key", "--api_key", "--auth-token", "--access-token",
+                  "--wandb-api-key", "--api-keys"]
+SECRET_ENV = ["HF_TOKEN", "OPENAI_API_KEY", "HUGGING_FACE_HUB_TOKEN", "AWS_SECRET_ACCESS_KEY", "DB_PASSWORD"]
+BENIGN = [["vllm", "serve", "meta-llama/Llama-3.1-8B"], ["--max-tokens", "512"], ["--tokenizer", "hf/tok"],
+          ["--port", "8000"], ["--disable-auth-check"], ["--enable-prefix-caching"], ["--kv-cache-dtype", "fp8"],
+          ["--num-keys", "4"], ["--hf-token", "--trust-remote-code"], ["--key-value-heads", "8"], ["--ssl-keyfile", "/k.pem"],
+          ["CUDA_VISIBLE_DEVICES=0,1"], ["--max-num-batched-tokens", "8192"], ["serve.py"], ["--temperature", "-1"]]
+
+
+def _planted(form: int, option: str, env: str, secret: str) -> list[str]:
+    return [
+        [option, secret],
+        [f"{option}={secret}"],
+        [f"{env}={secret}"],
+        ["--url", f"https://user:{secret}@host:443/x"],
+        ["--url", f"https://{secret}@host/x"],
+        ["--endpoint", f"https://h/v1?api_key={secret}&model=m"],
+        ["--hf-overrides", f'{{"hf_token": "{secret}"}}'],
+        ["--header", f"Authorization: Bearer {secret}"],
+    ][form]
+
+
+@settings(max_examples=300, deadline=None, database=None)
+@given(form=st.integers(0, 7), option=st.sampled_from(SECRET_OPTIONS), env=st.sampled_from(SECRET_ENV),
+       tail=st.from_regex(r"[A-Za-z0-9][A-Za-z0-9_.~+=%-]{5,24}", fullmatch=True),
+       before=st.lists(st.sampled_from(BENIGN), max_size=4), after=st.lists(st.sampled_from(BENIGN), max_size=4))
+def test_a_planted_secret_never_survives(form: int, option: str, env: str, tail: str,
+                                         before: list[list[str]], after: list[list[str]]) -> None:
+    secret = "Zq" + tail  # no word around it contains "Zq"
+    argv = ["python", "-m", "server"] + [w for ws in before for w in ws] + _planted(form, option, env, secret) \
+        + [w for ws in after for w in ws]
+    shown = [redact_command(argv), redact_command(" ".join(argv)),
+             redact_command(["bash", "-c", " ".join(argv)]), redact_command(redact_command(argv))]
+    for text in shown:
+        assert text is not None and secret not in text, (argv, text)
+    # the words around it are kept as written
+    assert redact_command(argv).startswith(" ".join(["python", "-m", "server"] + [w for ws in before for w in ws]))
+
+
+@settings(max_examples=200, deadline=None, database=None)
+@given(words=st.lists(st.sampled_from(BENIGN), max_size=8))
+def test_ordinary_command_lines_are_kept_as_written(words: list[list[str]]) -> None:
+    """Flags without a value (`--disable-auth-check`, a bare `--hf-token`) never eat the next word,
+    and counting or configuring names (`--max-tokens`, `--num-keys`) keep their values."""
+    argv = ["python", "-m", "server"] + [w for ws in words for w in ws]
+    assert redact_command(argv) == " ".join(argv)
+    assert redact_argv(argv) == argv
 
 
 def test_option_value_starting_with_dash_is_not_eaten() -> None:
@@ -103,31 +191,42 @@ def test_environment_names_only() -> None:
         "CUDA_VISIBLE_DEVICES", "PATH"]
 
 
-SECRETS = ("SECRETK_0001", "SECRETT_0002", "SECRETP_0003", "SECRETENV_0004")
+SECRETS = ("SECRETK_0001", "SECRETT_0002", "SECRETP_0003", "SECRETENV_0004", "SECRETD_0005", "SECRETB_0006")
 
 
 def test_run_with_planted_secrets_stores_none(tmp_path: Path) -> None:
-    db = tmp_path / "s.duckdb"
-    env_secret = SECRETS[3]
-    cmd = [sys.executable, "-m", "gpuscope", "run", "--db", str(db), "--no-profile", "--no-analyze", "--",
-           sys.executable, "-c", "import sys; print(len(sys.argv))",
-           "--api-key", SECRETS[0], f"--token={SECRETS[1]}", "--url", f"https://user:{SECRETS[2]}@host/x"]
+    """`gpuscope run` with secrets on the command line and in the environment: the program gets
+    them as typed, and not one byte of them is in the store, any file next to it, the run
+    directory's names and files, or what run, runs and sql print."""
+    import hashlib
     import os
 
+    db = tmp_path / "s.duckdb"
+    env_secret = SECRETS[3]
+    child_args = ["--api-key", SECRETS[0], f"--token={SECRETS[1]}", "--url", f"https://user:{SECRETS[2]}@host/x",
+                  f"--env=HF_TOKEN={SECRETS[4]}", "--hf-overrides", f'{{"hf_token": "{SECRETS[5]}"}}']
+    # the program proves it got its arguments unchanged without printing them
+    code = "import hashlib, sys; print('argv', hashlib.sha256(' '.join(sys.argv[1:]).encode()).hexdigest())"
+    cmd = [sys.executable, "-m", "gpuscope", "run", "--db", str(db), "--no-profile", "--no-analyze", "--",
+           sys.executable, "-c", code, *child_args]
     p = subprocess.run(cmd, capture_output=True, text=True, timeout=120,
                        env={**os.environ, "HF_TOKEN": env_secret, "GPUSCOPE_DB": str(db)})
     assert p.returncode == 0, p.stderr
+    assert f"argv {hashlib.sha256(' '.join(child_args).encode()).hexdigest()}" in p.stdout
     shown = p.stdout + p.stderr
     runs = run_cli("runs", "--db", db, "--json")
     assert runs.code == 0
     (run,) = runs.json()
     assert "--api-key ***" in run["command"] and "--token=***" in run["command"]
+    assert "--env=HF_TOKEN=***" in run["command"] and "https://user:***@host/x" in run["command"]
     sql = run_cli("sql", "--db", db, "SELECT * FROM runs", "--json")
     text = run_cli("runs", "--db", db)
-    everything = [shown, runs.out, sql.out, text.out, db.read_bytes().decode("latin-1")]
-    run_dirs = list((tmp_path / "gpuscope-runs").rglob("*"))
-    everything += [str(p) for p in run_dirs]
-    everything += [p.read_bytes().decode("latin-1") for p in run_dirs if p.is_file()]
+    assert sql.code == 0 and text.code == 0
+    everything = [shown, runs.out, sql.out, text.out]
+    files = [f for f in tmp_path.rglob("*")]
+    assert any(f.name == "s.duckdb" for f in files) and any(f.is_dir() for f in files)
+    everything += [str(f) for f in files]  # run directory names included
+    everything += [f.read_bytes().decode("latin-1") for f in files if f.is_file()]  # the store, its WAL if any
     for secret in SECRETS:
         for where in everything:
             assert secret not in where

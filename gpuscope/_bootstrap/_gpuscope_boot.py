@@ -159,7 +159,12 @@ def export_gzipped(prof: Any, path: Path) -> None:
     try:
         prof.export_chrome_trace(str(plain))
         part = path.with_name(path.name + ".part")
-        with open(plain, "rb") as src, gzip.GzipFile(part, "wb", compresslevel=TRACE_GZIP_LEVEL) as dst:
+        # Owner-only whatever the program's umask: a trace holds the program's ops and shapes.
+        fd = os.open(part, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_CLOEXEC", 0), 0o600)
+        if hasattr(os, "fchmod"):
+            os.fchmod(fd, 0o600)  # a .part left by a crash keeps its old mode through O_CREAT
+        with open(fd, "wb") as raw, open(plain, "rb") as src, \
+                gzip.GzipFile(str(part), "wb", compresslevel=TRACE_GZIP_LEVEL, fileobj=raw) as dst:
             shutil.copyfileobj(src, dst, 1 << 20)
         os.replace(part, path)  # never a half-written trace under the final name
     finally:
@@ -219,7 +224,7 @@ class Window:
         deferred = _deferred_signals()
         with deferred:
             prof.stop()
-            self.out_dir.mkdir(parents=True, exist_ok=True)
+            self.out_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
             assert self.path is not None
             export_gzipped(prof, self.path)
             append_jsonl("windows.jsonl", {"pid": os.getpid(), "start_ns": self.start_ns, "end_ns": end_ns,
