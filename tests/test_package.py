@@ -90,6 +90,12 @@ def test_wheel_install_works(tmp_path) -> None:
                 "gpuscope/tui/__init__.py"):
         assert mod in names
     assert not any(n.startswith(("analyzers/", "collectors/", "tui/", "tests/")) for n in names)
+    # every module of the source tree is in the wheel (a new subpackage missing from pyproject's
+    # package list would install without it)
+    src = [f"gpuscope/{p.relative_to(REPO / 'gpuscope').as_posix()}" for p in (REPO / "gpuscope").rglob("*.py")]
+    src += [f"gpuscope/{top}/{p.relative_to(REPO / top).as_posix()}" for top in ("analyzers", "collectors", "tui")
+            for p in (REPO / top).rglob("*.py")]
+    assert sorted(set(src) - set(names)) == []
     target = tmp_path / "site"
     p = subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "-q", "--target", str(target), str(wheel)],
                        capture_output=True, text=True)
