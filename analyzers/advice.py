@@ -28,6 +28,11 @@ IDLE_MIN_SPAN_US = 1000.0
 #: Op kinds that fusing can speed up. Attention, GEMM and convolution ops are already fused
 #: kernels (``_flash_attention_forward`` is one kernel), and copies are not fused away.
 FUSABLE_KINDS = frozenset({"elementwise", "norm", "softmax", "reduction", "embedding"})
+#: An op whose host<->device copies take at least this share of its GPU time is "dominated by
+#: host copies": what helps it is about the copies (pinned memory, overlap, fewer transfers).
+HOST_COPY_DOMINATED = 0.5
+#: Pageable copies at least this share of the host<->device copy time make pinned memory a tip.
+PAGEABLE_SHARE = 0.1
 
 
 def _pct(x: float) -> str:
@@ -52,6 +57,52 @@ def compact_dims(dims: Any) -> Any:
     while out and out[-1] in ([], None):
         out.pop()
     return out
+
+
+def _host_copy_dominated(op: dict[str, Any]) -> bool:
+    return (op.get("host_copy_us") or 0.0) >= HOST_COPY_DOMINATED * (op.get("kernel_us") or 0.0) > 0
+
+
+def _host_copies(doc: dict[str, Any], compute: float) -> dict[str, Any] | None:
+    """Host<->device copies that take a share of the GPU worth saying: judged against the host
+    link, and advice about the copies themselves, never fusion."""
+    copies = [k for k in doc.get("kernels", []) if k.get("link") == "host_link"]
+    host_us = sum(float(k.get("total_us") or 0.0) for k in copies)
+    if not copies or host_us < MIN_SHARE * compute:
+        return None
+    roofed = [k for k in copies if k.get("roof_us") is not None and k.get("pct_of_roof") is not None]
+    roof_us = sum(k["roof_us"] for k in roofed)
+    roofed_us = sum(float(k["total_us"]) for k in roofed)
+    link = next((d.get("host_link") for d in doc.get("roofline", {}).get("devices", []) if d.get("host_link")), None)
+    bw = next((d.get("host_link_bytes_per_s") for d in doc.get("roofline", {}).get("devices", [])
+               if d.get("host_link_bytes_per_s")), None)
+    where = f" ({link}, {bw / 1e9:.1f} GB/s per direction)" if link and bw else ""
+    at = f" and reach {_pct(roof_us / roofed_us)} of the host link{where}" if roofed_us > 0 else ""
+    tips = []
+    pageable_us = sum(float(k.get("total_us") or 0.0) for k in copies if "pageable" in str(k.get("name")).lower())
+    if pageable_us >= PAGEABLE_SHARE * host_us:
+        tips.append("copy from pinned memory (tensor.pin_memory(), DataLoader(pin_memory=True)): pageable "
+                    "memory is staged through a bounce buffer and cannot overlap")
+    tips.append("issue copies with non_blocking=True on a side stream so that they overlap compute")
+    tips.append("move fewer bytes (keep tensors on the GPU between steps, copy once, batch small transfers)")
+    if roofed_us > 0 and roof_us / roofed_us < 0.5:
+        tips.append("if large pinned copies stay far below the link, check the PCIe generation and width the GPU "
+                    "negotiated (nvidia-smi --query-gpu=pcie.link.gen.current,pcie.link.width.current; amd-smi "
+                    "metric --pcie)")
+    ops = [o for o in doc.get("ops", []) if _host_copy_dominated(o)]
+    largest = ""
+    if ops:
+        worst = max(ops, key=lambda o: o.get("host_copy_us") or 0.0)
+        pct = f" at {_pct(worst['pct_of_roof'])} of its roof" if worst.get("pct_of_roof") is not None else ""
+        largest = (f" Largest: {worst['name']} {compact_dims(worst.get('input_dims'))}, "
+                   f"{_ms(worst['host_copy_us'])} of copies{pct}.")
+    return {
+        "kind": "host_copies",
+        "message": f"Host<->device copies take {_ms(host_us)} of GPU time, as long as {_pct(host_us / compute)} of "
+                   f"all compute time ({_ms(compute)}){at}: " + "; ".join(tips) + "." + largest,
+        "evidence": {"host_copy_us": host_us, "roof_us": roof_us if roofed_us else None,
+                     "roofed_us": roofed_us, "copies": len(copies), "ops": len(ops)},
+    }
 
 
 def advise(doc: dict[str, Any]) -> list[dict[str, Any]]:
@@ -91,7 +142,8 @@ def advise(doc: dict[str, Any]) -> list[dict[str, Any]]:
         })
 
     mem_slow = [o for o in doc.get("ops", []) if o.get("bound") == "memory_bound" and o.get("kind") in FUSABLE_KINDS
-                and o.get("pct_of_roof") is not None and o["pct_of_roof"] < MEMORY_FAR_BELOW]
+                and o.get("pct_of_roof") is not None and o["pct_of_roof"] < MEMORY_FAR_BELOW
+                and not _host_copy_dominated(o)]
     mem_us = sum(o["kernel_us"] for o in mem_slow)
     if mem_slow and mem_us >= MIN_SHARE * compute:
         worst = max(mem_slow, key=lambda o: o.get("saved_us") or 0.0)
@@ -105,6 +157,10 @@ def advise(doc: dict[str, Any]) -> list[dict[str, Any]]:
             "evidence": {"ops": len(mem_slow), "kernel_us": mem_us,
                          "saved_us_at_roof": sum(o.get("saved_us") or 0.0 for o in mem_slow)},
         })
+
+    host = _host_copies(doc, compute)
+    if host is not None:
+        out.append(host)
 
     lat = float(doc.get("roofline_us", {}).get("latency_bound") or 0.0)
     lat_calls = sum(int(k.get("count") or 0) for k in doc.get("kernels", []) if k.get("bound") == "latency_bound")

@@ -28,6 +28,7 @@ from .roofline import (
     Roof,
     Verdict,
     classify_by_name,
+    classify_copy,
     classify_cost,
 )
 
@@ -57,12 +58,17 @@ class DeviceRoof:
             "exact": self.exact,
             "peak_flops_per_s": {k: v for k, v in r.peak_flops_per_s.items() if v},
             "mem_bw_bytes_per_s": r.mem_bw_bytes_per_s,
+            # what host<->device copies are judged against (one direction of the link)
+            "host_link": r.host_link,
+            "host_link_bytes_per_s": r.host_bw_bytes_per_s,
             "note": self.note,
         }
 
 
 def _spec_roof(spec: Any) -> Roof:
-    return Roof(spec.key, "spec", dict(spec.peak_flops_per_s), float(spec.mem_bw_bytes_per_s), None)
+    host_bw = spec.host_copy_bytes_per_s()
+    return Roof(spec.key, "spec", dict(spec.peak_flops_per_s), float(spec.mem_bw_bytes_per_s), None,
+                float(host_bw) if host_bw else None, spec.host_link_label())
 
 
 def device_roofs(con: duckdb.DuckDBPyConnection, run_id: int, roof: str = "spec", gpu: str | None = None,
@@ -128,7 +134,10 @@ def _measured(con: duckdb.DuckDBPyConnection, spec: Any, spec_roof: Roof) -> tup
     peaks = dict(spec_roof.peak_flops_per_s)
     peaks.update({k: v for k, v in m.flops_per_s.items() if v})
     bw = m.mem_bw_bytes_per_s or spec_roof.mem_bw_bytes_per_s
-    return Roof(spec.key, "measured", peaks, bw, f"calibration {m.calibration_id}"), (
+    # the host link is not calibrated: its spec figure stays (on an APU, the measured memory's)
+    host_bw = bw if spec.host_link == "unified-memory" else spec_roof.host_bw_bytes_per_s
+    return Roof(spec.key, "measured", peaks, bw, f"calibration {m.calibration_id}", host_bw,
+                spec_roof.host_link), (
         f"measured roof: calibration {m.calibration_id} on {m.host}; dtypes not measured use the spec peak"
     )
 
@@ -147,28 +156,43 @@ def attribute(con: duckdb.DuckDBPyConnection, run_id: int, roofs: dict[int, Devi
               excluded: Sequence[int] = ()) -> dict[str, Any]:
     """Classify every compute kernel and every op that launched GPU work of ``run_id``.
 
-    Returns ``{"roofline_us", "kernels", "ops"}``: ``roofline_us`` splits the
+    Returns ``{"roofline_us", "kernels", "ops", "copies"}``: ``roofline_us`` splits the
     compute time into the four bound classes; ``kernels`` (per distinct kernel name) and
-    ``ops`` (keyed by op name, input_dims text, input_types text, as stored) carry their class, cost and roof numbers.
+    ``ops`` (keyed by op name, input_dims text, input_types text, as stored) carry their class, cost and roof numbers;
+    ``copies`` (per memcpy / memset name) their verdict against the link they cross.
     """
+    from ..kernel_names import category_sql, copy_link
     from .scope import counted_kernels
     from .costmodel import op_cost
 
     kept = counted_kernels(excluded)  # graph-capture traces beside their replay (design.md §4.2)
-    # 1. Op calls that launched GPU activity, aggregated per (signature, device): the number of
-    # calls and their GPU time (kernels, memcpys and memsets), and each signature's cost.
+    category = category_sql()
+    # The run's host<->device copy activities, by name (their direction is in the name).
+    memory_names = [r[0] for r in con.execute(
+        f"SELECT DISTINCT name FROM kernels WHERE run_id = ? AND {category} = 'memory'{kept}", [run_id]
+    ).fetchall()]
+    host_names = [n for n in memory_names if copy_link(n) == "host_link"] or [""]
+    # 1. Op calls that launched GPU activity, aggregated per (signature, device, host bytes): the
+    # number of calls, their GPU time (kernels, memcpys and memsets), the bytes their host<->device
+    # copies moved per call (0: none; NULL: a copy of unknown size) and those copies' time.
     call_rows = con.execute(
         f"""
         WITH calls AS (
-            SELECT op_id, mode(device_id) AS device_id, sum(dur_ns) AS gpu_ns
+            SELECT op_id, mode(device_id) AS device_id, sum(dur_ns) AS gpu_ns,
+                   sum(dur_ns) FILTER (WHERE list_contains($2, name)) AS host_ns,
+                   count(*) FILTER (WHERE list_contains($2, name)) AS host_n,
+                   count(*) FILTER (WHERE list_contains($2, name) AND bytes IS NULL) AS host_unknown,
+                   sum(bytes) FILTER (WHERE list_contains($2, name)) AS host_bytes
             FROM kernels WHERE run_id = $1 AND op_id IS NOT NULL{kept} GROUP BY op_id
         )
-        SELECT o.name, o.input_dims, o.input_types, o.concrete_inputs, c.device_id, count(*), sum(c.gpu_ns) / 1e3
+        SELECT o.name, o.input_dims, o.input_types, o.concrete_inputs, c.device_id,
+               CASE WHEN c.host_n = 0 THEN 0 WHEN c.host_unknown > 0 THEN NULL ELSE c.host_bytes END,
+               count(*), sum(c.gpu_ns) / 1e3, coalesce(sum(c.host_ns), 0) / 1e3
         FROM calls c JOIN ops o ON o.run_id = $1 AND o.op_id = c.op_id
         GROUP BY ALL
         ORDER BY ALL  -- a fixed order, so that float sums come out the same every run
         """,
-        [run_id],
+        [run_id, host_names],
     ).fetchall()
     cost_cache: dict[tuple[Any, ...], Any] = {}
 
@@ -181,15 +205,19 @@ def attribute(con: duckdb.DuckDBPyConnection, run_id: int, roofs: dict[int, Devi
         return cost_cache[sig]
 
     op_groups: dict[tuple[Any, ...], dict[str, Any]] = {}
-    for name, dims, types, concrete, dev, n_calls, gpu_us in call_rows:
+    for name, dims, types, concrete, dev, host_bytes, n_calls, gpu_us, host_us in call_rows:
         cost = cost_of((name, dims, types, concrete))
         g = op_groups.setdefault((name, dims, types), {
             "name": name, "dims": dims, "types": types, "count": 0, "gpu_us": 0.0, "cost": cost,
-            "devices": defaultdict(int),
+            "devices": defaultdict(int), "parts": {}, "host_us": 0.0,
         })
         g["count"] += int(n_calls)
         g["gpu_us"] += float(gpu_us)
+        g["host_us"] += float(host_us)
         g["devices"][int(dev)] += int(n_calls)
+        part = g["parts"].setdefault(None if host_bytes is None else int(host_bytes), [0, 0.0])
+        part[0] += int(n_calls)
+        part[1] += float(gpu_us)
 
     # 2. The class and the time at the roof of a call depend only on its cost and its device's
     # roof, not on its duration: one classification per (cost, device).
@@ -211,7 +239,7 @@ def attribute(con: duckdb.DuckDBPyConnection, run_id: int, roofs: dict[int, Devi
     krows = con.execute(
         f"""
         WITH k AS (
-            SELECT name, op_id, device_id, dur_ns, attribution, category,
+            SELECT name, op_id, device_id, dur_ns, attribution, {category} AS category,
                    CASE WHEN op_id IS NOT NULL
                         THEN dur_ns / nullif(sum(dur_ns) OVER (PARTITION BY op_id), 0) END AS share
             FROM kernels WHERE run_id = $1{kept}
@@ -300,16 +328,125 @@ def attribute(con: duckdb.DuckDBPyConnection, run_id: int, roofs: dict[int, Devi
         if cost is not None:
             entry.update(flops=cost.flops, bytes=cost.bytes, dtype=cost.dtype, model=cost.model, kind=cost.kind,
                          flops_executed=getattr(cost, "flops_executed", None))
-            v = classify_cost(_work_flops(cost), cost.bytes, cost.dtype, g["gpu_us"], roof.roof if roof else NO_ROOF,
-                              calls=g["count"])
-        else:
-            v = Verdict("unknown", "none", "no cost model for this op")
-        entry.update(bound=v.bound, confidence=v.confidence, reason=v.reason,
+        v = _op_verdict(cost, g["parts"], roof.roof if roof else NO_ROOF)
+        # bytes the op's host<->device copies moved (None: some copy's size is not in the trace)
+        host_bytes = None if None in g["parts"] else float(sum(hb * p[0] for hb, p in g["parts"].items()))
+        achieved_bytes = v.achieved_bytes_per_s
+        if v.link == "host_link" and host_bytes and g["host_us"] > 0:
+            # bound by the host link: the rate its copies reached over it, not device-memory traffic
+            achieved_bytes = host_bytes / (g["host_us"] / 1e6)
+        entry.update(bound=v.bound, confidence=v.confidence, reason=v.reason, link=v.link,
                      intensity_flop_per_byte=v.intensity_flop_per_byte, ridge_flop_per_byte=v.ridge_flop_per_byte,
-                     achieved_flops_per_s=v.achieved_flops_per_s, achieved_bytes_per_s=v.achieved_bytes_per_s,
-                     pct_of_roof=v.pct_of_roof, roof_us=v.roof_us, saved_us=v.saved_us)
+                     achieved_flops_per_s=v.achieved_flops_per_s, achieved_bytes_per_s=achieved_bytes,
+                     pct_of_roof=v.pct_of_roof, roof_us=v.roof_us, saved_us=v.saved_us,
+                     host_copy_us=g["host_us"], host_copy_bytes=host_bytes)
         ops_out[sig] = entry
-    return {"roofline_us": roofline_us, "kernels": kernels_out, "ops": ops_out}
+    return {"roofline_us": roofline_us, "kernels": kernels_out, "ops": ops_out,
+            "copies": _copy_verdicts(con, run_id, roofs, kept, category)}
+
+
+def _op_verdict(cost: Any, parts: dict[int | None, list[Any]], roof: Roof) -> Verdict:
+    """The verdict of one op signature from its calls grouped by the bytes each copied between
+    host and device (``parts``: host bytes per call -> [calls, GPU µs]; 0: no such copies, None:
+    copies of unknown size). Calls of one signature can differ: ``aten::copy_`` of the same
+    shapes copies host-to-device in one call and device-to-device in the next.
+
+    One group gives its own verdict. Several are summed: the time at the roof of those that have
+    one, over their time; the bound and the reason of the bound class that takes the most time."""
+    verdicts = []
+    for host_bytes, (n, t) in sorted(parts.items(), key=lambda kv: (kv[0] is None, kv[0] or 0)):
+        if cost is None and not host_bytes and host_bytes is not None:
+            v = Verdict("unknown", "none", "no cost model for this op")
+        elif cost is None:  # its only cost is what it copied (or copies of unknown size)
+            v = classify_cost(None, None, None, t, roof, calls=n, host_bytes=host_bytes)
+        else:
+            v = classify_cost(_work_flops(cost), cost.bytes, cost.dtype, t, roof, calls=n, host_bytes=host_bytes)
+        verdicts.append((n, t, v))
+    if len(verdicts) == 1:
+        return verdicts[0][2]
+    by_bound: dict[str, float] = defaultdict(float)
+    for _, t, v in verdicts:
+        by_bound[v.bound] += t
+    bound = max(by_bound.items(), key=lambda kv: kv[1])[0]
+    n_dom, t_dom, dom = max(((n, t, v) for n, t, v in verdicts if v.bound == bound), key=lambda x: x[1])
+    calls = sum(n for n, _, _ in verdicts)
+    time_us = sum(t for _, t, _ in verdicts)
+    roofed = [(t, v.roof_us) for _, t, v in verdicts if v.roof_us is not None]
+    roof_us = sum(r for _, r in roofed) if roofed else None
+    roofed_us = sum(t for t, _ in roofed)
+    t_s = time_us / 1e6 if time_us > 0 else None
+    flops = _work_flops(cost) if cost is not None else None
+    nbytes = cost.bytes if cost is not None else None
+    return Verdict(
+        bound, dom.confidence, f"{dom.reason} ({n_dom} of {calls} calls, {100 * t_dom / time_us:.0f}% of the time)"
+        if time_us > 0 else dom.reason,
+        roof_us=roof_us, intensity_flop_per_byte=dom.intensity_flop_per_byte,
+        ridge_flop_per_byte=dom.ridge_flop_per_byte,
+        achieved_flops_per_s=(flops * calls / t_s) if t_s and flops is not None else None,
+        achieved_bytes_per_s=(nbytes * calls / t_s) if t_s and nbytes is not None else None,
+        pct_of_roof=(roof_us / roofed_us) if roof_us is not None and roofed_us > 0 else None,
+        saved_us=max(roofed_us - roof_us, 0.0) if roof_us is not None else None,
+        link=dom.link,
+    )
+
+
+def _copy_verdicts(con: duckdb.DuckDBPyConnection, run_id: int, roofs: dict[int, DeviceRoof], kept: str,
+                   category: str) -> dict[str, dict[str, Any]]:
+    """Memcpy and memset activities, per name, judged against the link they cross
+    (:func:`gpuscope.analyzers.roofline.classify_copy`): host<->device copies against the host
+    link, device-to-device copies and memsets against device memory."""
+    import re
+
+    from ..kernel_names import MEMSET_KERNEL_RE, copy_direction, copy_link
+
+    rows = con.execute(
+        f"""
+        SELECT name, kind, device_id, bytes, count(*), sum(dur_ns) / 1e3
+        FROM kernels WHERE run_id = $1 AND {category} = 'memory'{kept}
+        GROUP BY ALL ORDER BY ALL
+        """,
+        [run_id],
+    ).fetchall()
+    fill = re.compile(MEMSET_KERNEL_RE, re.I)
+    out: dict[str, dict[str, Any]] = {}
+    for name, kind, dev, nbytes, n, t in rows:
+        if kind == "memset" or (kind == "kernel" and fill.search(name or "")):
+            direction, link = "fill", "device_memory"
+        else:
+            direction, link = copy_direction(name), copy_link(name)
+        roof = roofs.get(int(dev))
+        v = classify_copy(link, direction, None if nbytes is None else float(nbytes), float(t),
+                          roof.roof if roof else NO_ROOF, calls=int(n))
+        e = out.setdefault(name, {"direction": direction, "link": link, "bound_us": defaultdict(float),
+                                  "confidence_us": defaultdict(float), "reasons": defaultdict(float),
+                                  "bytes": 0.0, "bytes_us": 0.0, "roof_us": 0.0, "roofed_us": 0.0})
+        e["bound_us"][v.bound] += float(t)
+        e["confidence_us"][v.confidence] += float(t)
+        e["reasons"][v.reason] += float(t)
+        if nbytes is not None:
+            e["bytes"] += float(nbytes) * int(n)
+            e["bytes_us"] += float(t)
+        if v.roof_us is not None:
+            e["roof_us"] += v.roof_us
+            e["roofed_us"] += float(t)
+    result = {}
+    for name, e in out.items():
+        roofed = e["roofed_us"]
+        result[name] = {
+            "bound": max(e["bound_us"].items(), key=lambda kv: kv[1])[0],
+            "confidence": max(e["confidence_us"].items(), key=lambda kv: kv[1])[0],
+            "reason": max(e["reasons"].items(), key=lambda kv: kv[1])[0],
+            "family": "memory",
+            "direction": e["direction"],
+            "link": e["link"],
+            "bytes": e["bytes"] if e["bytes_us"] else None,
+            "bound_us": dict(e["bound_us"]),
+            "achieved_bytes_per_s": e["bytes"] / (e["bytes_us"] / 1e6) if e["bytes_us"] else None,
+            "roof_us": e["roof_us"] if roofed else None,
+            "pct_of_roof": e["roof_us"] / roofed if roofed else None,
+            "saved_us": max(roofed - e["roof_us"], 0.0) if roofed else None,
+        }
+    return result
 
 
 ROOFLINE_RULES = {
@@ -321,6 +458,11 @@ ROOFLINE_RULES = {
         "flops/bytes >= ridge (peak_flops[dtype] / peak_bw), else memory_bound. Without a cost model: "
         "latency_bound if the kernel's mean duration < latency_kernel_us; else the bound its name family "
         "suggests (confidence 'family'); else unknown. unknown also when the GPU has no roof. "
-        "pct_of_roof = roof_us / measured time; saved_us = measured time - roof_us."
+        "pct_of_roof = roof_us / measured time; saved_us = measured time - roof_us. "
+        "Copies are judged against the link they cross: a call's host<->device copies add "
+        "host_bytes / host_link_bw (one direction of the PCIe or NVLink-C2C link) to the max, and "
+        "make it memory-bound on the host link (link 'host_link') when that term is the largest; "
+        "memcpy activities are judged on their own: host<->device against the host link, "
+        "device-to-device against device memory (2 x bytes), memsets against device memory."
     ),
 }

@@ -6,8 +6,10 @@ Definitions (the same as Holistic Trace Analysis's categories, see ``docs/analys
 - GPU activity is every trace event of category ``kernel``, ``gpu_memcpy`` or ``gpu_memset``
   (any capitalisation; older Kineto's ``Memcpy`` / ``Memset`` count as the latter two), stored in ``kernels`` with ``kind`` kernel / memcpy / memset.
 - ``memory`` is memcpy plus memset time (by category, or a kernel named ``Memcpy...`` /
-  ``Memset...``); ``communication`` is kernels whose name mentions nccl, rccl, msccl or hccl;
-  ``compute`` is every other kernel.
+  ``Memset...``); ``communication`` is kernels whose name mentions nccl, rccl, msccl or hccl or
+  a collective (``gpuscope.kernel_names``); ``compute`` is every other kernel. The category is
+  derived from that definition when the analysis runs, not read from ``kernels.category``, so a
+  store ingested under an older definition is analyzed by today's.
 - ``idle`` is, per device, the span from its first GPU activity to its last minus the union of
   its busy intervals, summed over devices.
 
@@ -21,6 +23,7 @@ from dataclasses import dataclass
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+from ..kernel_names import category_sql
 from .scope import counted_kernels, graph_capture_exclusions
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -55,7 +58,7 @@ def device_breakdowns(con: duckdb.DuckDBPyConnection, run_id: int, excluded: Seq
     rows = con.execute(
         """
         WITH iv AS (
-            SELECT device_id, category, ts_ns, dur_ns, ts_ns + dur_ns AS end_ns,
+            SELECT device_id, {category} AS category, ts_ns, dur_ns, ts_ns + dur_ns AS end_ns,
                    max(ts_ns + dur_ns) OVER (PARTITION BY device_id ORDER BY ts_ns, ts_ns + dur_ns
                                              ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS prev_end
             FROM kernels WHERE run_id = ?{counted}
@@ -68,7 +71,7 @@ def device_breakdowns(con: duckdb.DuckDBPyConnection, run_id: int, excluded: Seq
                max(end_ns) - min(ts_ns), count(*)
         FROM iv LEFT JOIN devices d ON d.run_id = ? AND d.device_id = iv.device_id
         GROUP BY ALL ORDER BY iv.device_id
-        """.format(counted=counted_kernels(excluded)),
+        """.format(counted=counted_kernels(excluded), category=category_sql()),
         [run_id, run_id],
     ).fetchall()
     out = []
@@ -105,11 +108,11 @@ def kernel_table(con: duckdb.DuckDBPyConnection, run_id: int, limit: int | None 
                  excluded: Sequence[int] = ()) -> list[dict[str, Any]]:
     """One entry per distinct GPU activity name, most total time first."""
     sql = f"""
-        SELECT name, kind, category, count(*) AS count, sum(dur_ns) / 1e3 AS total_us,
+        SELECT name, kind, {category_sql()} AS category, count(*) AS count, sum(dur_ns) / 1e3 AS total_us,
                avg(dur_ns) / 1e3 AS mean_us, min(dur_ns) / 1e3 AS min_us, max(dur_ns) / 1e3 AS max_us,
                count(DISTINCT device_id) AS devices, count(op_id) AS with_op
         FROM kernels WHERE run_id = ?{counted_kernels(excluded)}
-        GROUP BY name, kind, category
+        GROUP BY name, kind
         ORDER BY total_us DESC, name
     """
     if limit is not None:
@@ -210,8 +213,13 @@ def _merge_kernels(kernels: list[dict[str, Any]], att: dict[str, Any] | None) ->
             k.update(bound="unknown", confidence="none", family="communication",
                      reason="communication kernel: not part of compute time")
         elif k["category"] == "memory":
-            k.update(bound="memory_bound", confidence="none", family="memory",
-                     reason="memcpy / memset activity: not part of compute time")
+            # judged against the link it crosses (host link or device memory); not compute time
+            copy = att["copies"].get(k["name"]) if att else None
+            if copy is not None:
+                k.update(copy)
+            else:
+                k.update(bound="memory_bound", confidence="none", family="memory",
+                         reason="memcpy / memset activity: not part of compute time")
 
 
 def _merge_ops(ops: list[tuple[tuple[str, str | None, str | None], dict[str, Any]]], att: dict[str, Any] | None,

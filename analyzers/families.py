@@ -16,7 +16,7 @@ import re
 from dataclasses import dataclass
 from functools import lru_cache
 
-from ..kernel_names import COMMUNICATION_KERNEL_RE
+from ..kernel_names import COMMUNICATION_KERNEL_RE, MEMORY_KERNEL_RE
 
 #: Families, in the order they are tried. ``bound_hint`` is where a kernel of the family
 #: usually sits when nothing else is known (None: no hint).
@@ -40,7 +40,7 @@ class KernelFamily:
 # (family, bound_hint, regex) — first match wins. Patterns match the lower-cased name.
 _RULES: tuple[tuple[str, str | None, str], ...] = (
     ("communication", None, COMMUNICATION_KERNEL_RE),
-    ("memory", "memory_bound", r"^(hip)?memcpy|^(hip)?memset|memcpy[dh]to[dh]"),
+    ("memory", "memory_bound", MEMORY_KERNEL_RE + r"|memcpy[dh]to[dh]"),
     # Before the attention rules: these names mention "flash" or "embedding" but move data.
     ("elementwise", "memory_bound",
      r"reshape_and_cache|concat_and_cache|cache_kernel|rotary|apply_rope|quantiz|multi_tensor_apply"),

@@ -20,6 +20,17 @@ Pure functions; they never print. The rules, exactly (also in ``docs/roofline.md
    **unknown** (with the reason).
 5. **unknown** also when the GPU is not in the spec database (no roof), or the op's dtype has
    no peak on that GPU.
+6. **Copies are judged against the link they cross.** A call whose GPU work includes
+   host<->device copies (``Memcpy HtoD`` / ``DtoH``, AMD's ``CopyHostToDevice`` ...) has a third
+   ceiling, ``host_bytes / host_link_bw``, where ``host_bytes`` is what its copies moved (the
+   trace's ``bytes``) and ``host_link_bw`` the host link's bandwidth in one direction (PCIe
+   generation x width, or NVLink-C2C, from the spec database; device memory on an APU whose
+   host memory is its HBM). ``roof_us`` is the largest of the three; when it is the host link's,
+   the work is memory-bound on the host link (``link = "host_link"``), else on device memory.
+   Copy activities themselves (:func:`classify_copy`) are judged the same way: host<->device
+   against the host link, device-to-device against device memory (each byte read and written,
+   so ``2 x bytes``), memsets against device memory (``bytes`` written); a copy to another GPU
+   (``PtoP``) is not judged (its link is not in the spec database).
 
 Achieved FLOP/s and bytes/s are ``flops / t`` and ``bytes / t`` over the measured GPU time
 ``t``; ``pct_of_roof = roof_us / t`` (1.0 = at the roof); ``saved_us = t - roof_us`` is the
@@ -51,6 +62,10 @@ class Roof:
     mem_bw_bytes_per_s: float | None = None
     #: Why there is no roof, or where it came from.
     note: str | None = None
+    #: Bandwidth of one direction of a host<->device copy in bytes/s (the host link's, or device
+    #: memory's on an APU), and the link's name ("PCIe Gen4 x16"); None when not known.
+    host_bw_bytes_per_s: float | None = None
+    host_link: str | None = None
 
     def peak(self, dtype: str | None) -> float | None:
         """Peak FLOP/s for ``dtype`` (None when unknown or unsupported)."""
@@ -89,32 +104,48 @@ class Verdict:
     achieved_bytes_per_s: float | None = None
     pct_of_roof: float | None = None
     saved_us: float | None = None
+    #: For memory-bound work, the link that bounds it: "device_memory" or "host_link".
+    link: str | None = None
 
 
-def roof_time_us(flops: float | None, nbytes: float | None, dtype: str | None, roof: Roof) -> float | None:
-    """Time in µs the work would take at the roof: the larger of compute time at the dtype's
-    peak and memory time at peak bandwidth (None if neither can be computed)."""
+def roof_time_us(flops: float | None, nbytes: float | None, dtype: str | None, roof: Roof,
+                 host_bytes: float | None = None) -> float | None:
+    """Time in µs the work would take at the roof: the largest of compute time at the dtype's
+    peak, memory time at peak bandwidth and, for ``host_bytes`` copied between host and device,
+    their time over the host link (None if none can be computed)."""
     parts = []
     peak = roof.peak(dtype)
     if flops and peak:
         parts.append(flops / peak)
     if nbytes and roof.mem_bw_bytes_per_s:
         parts.append(nbytes / roof.mem_bw_bytes_per_s)
+    if host_bytes and roof.host_bw_bytes_per_s:
+        parts.append(host_bytes / roof.host_bw_bytes_per_s)
     if not parts:
-        if flops == 0 and nbytes == 0:
+        if flops == 0 and nbytes == 0 and not host_bytes:
             return 0.0
         return None
     return max(parts) * 1e6
 
 
+def _host_link_words(roof: Roof) -> str:
+    bw = roof.host_bw_bytes_per_s or 0.0
+    return f"{roof.host_link or 'host link'}, {bw / 1e9:.1f} GB/s per direction"
+
+
 def classify_cost(flops: float | None, nbytes: float | None, dtype: str | None, time_us: float,
-                  roof: Roof, calls: int = 1) -> Verdict:
+                  roof: Roof, calls: int = 1, host_bytes: float | None = 0.0) -> Verdict:
     """Classify work with a cost model: ``flops`` and ``nbytes`` per call, ``calls`` calls that
-    took ``time_us`` of GPU time in total."""
+    took ``time_us`` of GPU time in total. ``host_bytes`` is what each call copied between host
+    and device (0: nothing; None: copies of unknown size), judged against the host link."""
     if roof.source is None:
         return Verdict("unknown", "none", roof.note or "no roof for this GPU")
     calls = max(calls, 1)
-    per_call_roof = roof_time_us(flops, nbytes, dtype, roof)
+    if host_bytes is None:
+        return Verdict("unknown", "none", "host<->device copies of unknown size (the trace records no bytes)")
+    if host_bytes and not roof.host_bw_bytes_per_s:
+        return Verdict("unknown", "none", "host<->device copies, and the spec database has no host link for this GPU")
+    per_call_roof = roof_time_us(flops, nbytes, dtype, roof, host_bytes)
     if per_call_roof is None:
         why = f"no {dtype} peak for this GPU" if dtype and flops and not roof.peak(dtype) else "no cost to judge"
         return Verdict("unknown", "none", why)
@@ -136,15 +167,75 @@ def classify_cost(flops: float | None, nbytes: float | None, dtype: str | None, 
     if per_call_roof < LATENCY_WORK_US:
         return Verdict("latency_bound", "model",
                        f"{per_call_roof:.2f} µs per call at the roof (< {LATENCY_WORK_US:g} µs)", **common)
+    if host_bytes and host_bytes / roof.host_bw_bytes_per_s * 1e6 >= per_call_roof:
+        # bound by the host link: the rate over that link is what to compare with its roof
+        common["achieved_bytes_per_s"] = host_bytes * calls / t_s if t_s else None
+        return Verdict("memory_bound", "model",
+                       f"host<->device copies of {_bytes_words(host_bytes)} per call, bound by the host link "
+                       f"({_host_link_words(roof)})", link="host_link", **common)
     if ridge is None or not flops:
-        return Verdict("memory_bound", "model", "moves data, no arithmetic to speak of", **common)
+        return Verdict("memory_bound", "model", "moves data, no arithmetic to speak of", link="device_memory", **common)
     if not nbytes:
         return Verdict("compute_bound", "model", "arithmetic without memory traffic", **common)
     if intensity is not None and intensity >= ridge:
         return Verdict("compute_bound", "model",
                        f"intensity {intensity:.0f} FLOP/B ≥ ridge {ridge:.0f} FLOP/B ({dtype})", **common)
     return Verdict("memory_bound", "model",
-                   f"intensity {intensity:.1f} FLOP/B < ridge {ridge:.0f} FLOP/B ({dtype})", **common)
+                   f"intensity {intensity:.1f} FLOP/B < ridge {ridge:.0f} FLOP/B ({dtype})", link="device_memory",
+                   **common)
+
+
+def _bytes_words(n: float) -> str:
+    for scale, unit in ((1e9, "GB"), (1e6, "MB"), (1e3, "kB")):
+        if n >= scale:
+            return f"{n / scale:.3g} {unit}"
+    return f"{n:.0f} B"
+
+
+#: The link a copy crosses -> (how many times each byte crosses it, what the report calls it).
+COPY_TRAFFIC = {"host_link": 1, "device_memory": 2}
+
+
+def classify_copy(link: str | None, direction: str | None, payload_bytes: float | None, time_us: float,
+                  roof: Roof, calls: int = 1) -> Verdict:
+    """Classify ``calls`` copy (or fill) activities of ``payload_bytes`` each that took
+    ``time_us`` in total, against the link they cross (rule 6 above).
+
+    ``link`` is "host_link" (HtoD / DtoH: each byte crosses once), "device_memory" (DtoD: each
+    byte read and written, 2 x bytes; a memset: ``direction`` "fill", bytes written once),
+    "peer" (another GPU) or None (unknown): the last two are not judged.
+    """
+    what = {"HtoD": "host-to-device copy", "DtoH": "device-to-host copy", "DtoD": "device-to-device copy",
+            "PtoP": "peer-to-peer copy", "fill": "memset"}.get(direction or "", "copy")
+    if link not in COPY_TRAFFIC:
+        why = ("its link to the other GPU (NVLink, xGMI, PCIe) is not in the spec database" if link == "peer"
+               else "the name does not say which link it crosses")
+        return Verdict("memory_bound", "none", f"{what}: not judged, {why}")
+    if roof.source is None:
+        return Verdict("memory_bound", "none", f"{what}: {roof.note or 'no roof for this GPU'}", link=link)
+    bw = roof.host_bw_bytes_per_s if link == "host_link" else roof.mem_bw_bytes_per_s
+    if not bw:
+        return Verdict("memory_bound", "none", f"{what}: the spec database has no host link for this GPU", link=link)
+    if payload_bytes is None:
+        return Verdict("memory_bound", "none", f"{what}: not judged, the trace records no byte count", link=link)
+    calls = max(calls, 1)
+    traffic = payload_bytes * (1 if direction == "fill" else COPY_TRAFFIC[link])
+    per_call_roof = traffic / bw * 1e6
+    total_roof = per_call_roof * calls
+    t_s = time_us / 1e6 if time_us > 0 else None
+    common = dict(
+        roof_us=total_roof,
+        achieved_bytes_per_s=(payload_bytes * calls / t_s) if t_s else None,
+        pct_of_roof=(total_roof / time_us) if time_us > 0 else None,
+        saved_us=max(time_us - total_roof, 0.0),
+        link=link,
+    )
+    over = (f"the host link ({_host_link_words(roof)})" if link == "host_link"
+            else f"device memory ({bw / 1e12:.2f} TB/s{', read and written' if traffic > payload_bytes else ''})")
+    if per_call_roof < LATENCY_WORK_US:
+        return Verdict("latency_bound", "model", f"{what} of {_bytes_words(payload_bytes)}: {per_call_roof:.2f} µs "
+                       f"per call over {over} (< {LATENCY_WORK_US:g} µs)", **common)
+    return Verdict("memory_bound", "model", f"{what} of {_bytes_words(payload_bytes)} per call over {over}", **common)
 
 
 def classify_by_name(mean_us: float, family: str, bound_hint: str | None, family_reason: str) -> Verdict:

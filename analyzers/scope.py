@@ -17,15 +17,21 @@ def graph_capture_exclusions(con: duckdb.DuckDBPyConnection, run_id: int) -> lis
     """The traces of ``run_id`` that only captured CUDA/HIP graphs while another trace of the run
     launches graphs (design.md §4.2): they map the replayed kernels to ops and are not counted.
 
-    A trace captures when kernels were launched inside a stream capture (``graph_launches``) and
-    launches graphs when its kernels came from ``*GraphLaunch``. Alone, a capture trace counts.
+    A trace captures when it has a ``*StreamBeginCapture`` event and launches graphs when it has
+    a ``*GraphLaunch`` event (counted at ingest, ``traces.metadata``). Stores ingested before
+    ingest counted them fall back to what the tables show: launches recorded inside a capture
+    (``graph_launches``), kernels launched by ``*GraphLaunch``. Alone, a capture trace counts.
     """
+    from ..trace import GRAPH_EVENTS_KEY
+
     rows = con.execute(
-        """
+        f"""
         SELECT t.trace_id, t.path,
-               EXISTS (SELECT 1 FROM graph_launches g WHERE g.run_id = t.run_id AND g.trace_id = t.trace_id),
-               EXISTS (SELECT 1 FROM kernels k WHERE k.run_id = t.run_id AND k.trace_id = t.trace_id
-                       AND k.launch_name ILIKE '%GraphLaunch%')
+               coalesce(TRY_CAST(json_extract(t.metadata, '$.{GRAPH_EVENTS_KEY}.stream_begin_capture') AS BIGINT) > 0,
+                        EXISTS (SELECT 1 FROM graph_launches g WHERE g.run_id = t.run_id AND g.trace_id = t.trace_id)),
+               coalesce(TRY_CAST(json_extract(t.metadata, '$.{GRAPH_EVENTS_KEY}.graph_launch') AS BIGINT) > 0,
+                        EXISTS (SELECT 1 FROM kernels k WHERE k.run_id = t.run_id AND k.trace_id = t.trace_id
+                                AND k.launch_name ILIKE '%GraphLaunch%'))
         FROM traces t WHERE t.run_id = ? ORDER BY t.trace_id
         """,
         [run_id],

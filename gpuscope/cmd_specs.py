@@ -99,6 +99,11 @@ def render_entry(s: Any, db: Any) -> str:
     kv("form factor", s.form_factor)
     kv("memory", None if s.memory_bytes is None else f"{s.memory_bytes / 1e9:g} GB {s.memory_type or ''}".rstrip())
     kv("memory bandwidth", None if s.mem_bw_bytes_per_s is None else f"{s.mem_bw_bytes_per_s / 1e12:.4g} TB/s")
+    if s.host_link == "unified-memory":
+        kv("host link", "none: unified memory (host copies stay in device memory)")
+    elif s.host_link_label():
+        kv("host link", s.host_link_label() + (f", {s.host_link_bytes_per_s / 1e9:.1f} GB/s per direction"
+                                               if s.host_link_bytes_per_s else ""))
     kv("SM/CU", None if s.compute_units is None else f"{s.compute_units} {s.compute_unit_kind or ''}".rstrip())
     clock = None
     if s.boost_clock_mhz:

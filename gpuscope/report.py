@@ -166,6 +166,8 @@ def fmt_rate(value: float | None, unit: str) -> str:
 
 def _bound(item: dict[str, Any]) -> str:
     label = BOUND_LABEL.get(item.get("bound"), str(item.get("bound")))
+    if item.get("bound") == "memory_bound" and item.get("link") == "host_link":
+        label = "host link"  # a host<->device copy, judged against PCIe / NVLink-C2C, not HBM
     conf = item.get("confidence")
     if conf == "family":
         label += " (name)"
@@ -249,6 +251,7 @@ def render_analysis(doc: dict[str, Any], top: int = 10, wide: bool = False) -> s
                                   ("latency_bound", "latency-bound"), ("unknown", "unknown"))],
                 "lrr",
             ))
+            host_copies = any(k.get("link") == "host_link" for k in doc.get("kernels", []))
             for d in (doc.get("roofline") or {}).get("devices", []):
                 if d.get("spec") is None:
                     out.append(f"  {d['key']}: no roof ({d.get('note') or 'GPU not identified'})")
@@ -261,6 +264,9 @@ def render_analysis(doc: dict[str, Any], top: int = 10, wide: bool = False) -> s
                         extra += f"; --roof measured: {d.get('note') or 'no calibration of this GPU'}"
                     bw = fmt_rate(d.get("mem_bw_bytes_per_s"), "B/s")
                     out.append(f"  {d['key']}: judged against {d['spec']} ({src} roof, {bw}; identified by {via}{extra})")
+                    if host_copies and d.get("host_link_bytes_per_s"):
+                        out.append(f"  {d['key']}: host<->device copies judged against {d.get('host_link') or 'the host link'}"
+                                   f" ({fmt_rate(d['host_link_bytes_per_s'], 'B/s')} per direction)")
         if len(doc["per_device"]) > 1:
             out.append("")
             out.append(table(

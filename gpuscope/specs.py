@@ -76,6 +76,25 @@ _DTYPE_ALIASES = {
 }
 
 
+#: What a host<->device copy crosses (``host_link`` of an entry).
+HOST_LINKS: tuple[str, ...] = ("pcie", "nvlink-c2c", "unified-memory")
+
+#: PCI Express per lane and direction: transfer rate (GT/s) and the share of it that is payload
+#: (8b/10b for 1.0-2.0, 128b/130b for 3.0-5.0, 242-byte payloads in 256-byte FLITs from 6.0);
+#: PCI-SIG's figures as Wikipedia's "PCI Express link performance" table gives them.
+PCIE_GT_PER_S: dict[int, tuple[float, float]] = {
+    1: (2.5, 8 / 10), 2: (5.0, 8 / 10), 3: (8.0, 128 / 130), 4: (16.0, 128 / 130), 5: (32.0, 128 / 130),
+    6: (64.0, 242 / 256), 7: (128.0, 242 / 256),
+}
+
+
+def pcie_bytes_per_s(generation: int, lanes: int) -> float:
+    """Payload bandwidth of a PCIe link in one direction, bytes/s: GT/s per lane x lanes x the
+    encoding's payload share / 8 bits (PCIe 4.0 x16: 16e9 x 16 x 128/130 / 8 = 31.5 GB/s)."""
+    rate, payload = PCIE_GT_PER_S[generation]
+    return rate * 1e9 * lanes * payload / 8
+
+
 def normalize_dtype(dtype: str) -> str | None:
     """The :data:`DTYPES` name of ``dtype`` (``"bfloat16"``, ``"c10::Half"``, ``"float8_e4m3fn"`` ...), or None."""
     d = str(dtype).strip().lower().removeprefix("torch.")
@@ -150,6 +169,13 @@ class GpuSpec:
     visible_as: str | None = None
     part_of: str | None = None
     unified_memory: bool = False
+    #: The link host<->device copies cross: ``pcie``, ``nvlink-c2c``, or ``unified-memory``
+    #: (an APU whose host memory is its device memory: copies stay in HBM).
+    host_link: str | None = None
+    pcie_generation: int | None = None
+    pcie_lanes: int | None = None
+    #: Bandwidth of the host link in ONE direction (a host-to-device copy uses one direction).
+    host_link_bytes_per_s: float | None = None
     derived: dict[str, str] = field(default_factory=dict)
     measured: tuple[Measurement, ...] = ()
     sparse_figures_as_published: str | None = None
@@ -177,6 +203,24 @@ class GpuSpec:
         if peak is None or not self.mem_bw_bytes_per_s:
             return None
         return peak / self.mem_bw_bytes_per_s
+
+    def host_copy_bytes_per_s(self) -> float | None:
+        """The bandwidth one direction of a host<->device copy can reach: the host link's, or
+        device memory's where host memory is device memory (``unified-memory``); None if unknown."""
+        if self.host_link == "unified-memory":
+            return self.mem_bw_bytes_per_s
+        return self.host_link_bytes_per_s
+
+    def host_link_label(self) -> str | None:
+        """``PCIe Gen4 x16``, ``NVLink-C2C``, ``unified memory``; None where the entry does not say."""
+        if self.host_link == "pcie" or (self.host_link is None and self.pcie_generation):
+            lanes = f" x{self.pcie_lanes}" if self.pcie_lanes else ""
+            return f"PCIe Gen{self.pcie_generation}{lanes}" if self.pcie_generation else "PCIe"
+        if self.host_link == "nvlink-c2c":
+            return "NVLink-C2C"
+        if self.host_link == "unified-memory":
+            return "unified memory"
+        return None
 
     @property
     def visible_as_device(self) -> bool:
@@ -210,6 +254,8 @@ class GpuSpec:
             "pci_subsystem_ids": list(self.pci_subsystem_ids),
             "devices_per_package": self.devices_per_package, "visible_as": self.visible_as,
             "part_of": self.part_of, "unified_memory": self.unified_memory,
+            "host_link": self.host_link, "pcie_generation": self.pcie_generation, "pcie_lanes": self.pcie_lanes,
+            "host_link_bytes_per_s": self.host_link_bytes_per_s,
             "sources": {k: list(v) for k, v in self.sources.items()}, "derived": dict(self.derived),
             "measured": [m.to_json() for m in self.measured],
             "sparse_figures_as_published": self.sparse_figures_as_published,
@@ -262,18 +308,20 @@ class Identification:
 # --------------------------------------------------------------------------------------------
 
 _NUMBER_FIELDS = ("memory_bytes", "mem_bw_bytes_per_s", "compute_units", "boost_clock_mhz", "tensor_clock_mhz",
-                  "l2_cache_mb", "last_level_cache_mb", "tdp_w", "devices_per_package")
+                  "l2_cache_mb", "last_level_cache_mb", "tdp_w", "devices_per_package", "pcie_generation",
+                  "pcie_lanes", "host_link_bytes_per_s")
 _STRING_FIELDS = ("key", "name", "vendor", "architecture", "arch_target", "compute_capability", "form_factor",
                   "memory_type", "compute_unit_kind", "last_level_cache_kind", "visible_as", "part_of",
-                  "sparse_figures_as_published", "reference_name")
+                  "sparse_figures_as_published", "reference_name", "host_link")
 _LIST_FIELDS = ("names", "aliases", "pci_ids", "pci_ids_inexact", "pci_subsystem_ids", "notes", "conflicts")
 _DICT_FIELDS = ("peak_flops_per_s", "peak_flops_per_s_other", "sources", "derived", "pci_id_notes")
 _OTHER_FIELDS = ("measured", "unified_memory")
 # Unit-suffixed spellings a person may prefer in a user file; converted on load.
 _CONVENIENCE = {"memory_gb": ("memory_bytes", 1e9), "mem_bw_tbps": ("mem_bw_bytes_per_s", 1e12),
-                "mem_bw_gbps": ("mem_bw_bytes_per_s", 1e9), "peak_tflops": ("peak_flops_per_s", 1e12)}
+                "mem_bw_gbps": ("mem_bw_bytes_per_s", 1e9), "peak_tflops": ("peak_flops_per_s", 1e12),
+                "host_link_gbps": ("host_link_bytes_per_s", 1e9)}
 _KNOWN_FIELDS = set(_NUMBER_FIELDS + _STRING_FIELDS + _LIST_FIELDS + _DICT_FIELDS + _OTHER_FIELDS) | set(_CONVENIENCE)
-_INT_FIELDS = ("memory_bytes", "compute_units", "devices_per_package")
+_INT_FIELDS = ("memory_bytes", "compute_units", "devices_per_package", "pcie_generation", "pcie_lanes")
 # Fields that state a fact and so need a source; a user file that sets one without saying where it comes
 # from gets "user:PATH" as its source.
 _SOURCED_FIELDS = set(_NUMBER_FIELDS) | {"peak_flops_per_s", "peak_flops_per_s_other", "pci_ids", "measured"}
@@ -395,6 +443,10 @@ def _validate_entry(raw: dict[str, Any], where: str) -> dict[str, Any]:
         elif k == "unified_memory":
             if not isinstance(v, bool):
                 raise _Bad(f"{where}: unified_memory must be true or false")
+        if k == "host_link" and v is not None and v not in HOST_LINKS:
+            raise _Bad(f"{where}: host_link must be one of {', '.join(HOST_LINKS)}, not {v!r}")
+        if k == "pcie_generation" and v is not None and v not in PCIE_GT_PER_S:
+            raise _Bad(f"{where}: pcie_generation must be one of {', '.join(map(str, PCIE_GT_PER_S))}, not {v!r}")
         out[k] = v
     if "vendor" in out and out["vendor"] is not None:
         out["vendor"] = out["vendor"].lower()
@@ -407,6 +459,7 @@ def _validate_entry(raw: dict[str, Any], where: str) -> dict[str, Any]:
 
 def _spec_from_dict(d: dict[str, Any], origin: str) -> GpuSpec:
     peaks = {dt: d.get("peak_flops_per_s", {}).get(dt) for dt in DTYPES}
+    d = _with_pcie_bandwidth(d)
     measured = tuple(Measurement(metric=m["metric"], value=m["value"], unit=m["unit"],
                                  fraction_of_spec=m.get("fraction_of_spec"), method=m.get("method"),
                                  source=m.get("source")) for m in d.get("measured", []))
@@ -427,11 +480,31 @@ def _spec_from_dict(d: dict[str, Any], origin: str) -> GpuSpec:
         peak_flops_per_s_other=dict(d.get("peak_flops_per_s_other", {})),
         devices_per_package=int(d.get("devices_per_package") or 1), visible_as=d.get("visible_as"),
         part_of=d.get("part_of"), unified_memory=bool(d.get("unified_memory", False)),
+        host_link=d.get("host_link"), pcie_generation=d.get("pcie_generation"), pcie_lanes=d.get("pcie_lanes"),
+        host_link_bytes_per_s=d.get("host_link_bytes_per_s"),
         derived=dict(d.get("derived", {})), measured=measured,
         sparse_figures_as_published=d.get("sparse_figures_as_published"),
         notes=tuple(d.get("notes", ())), conflicts=tuple(d.get("conflicts", ())),
         reference_name=d.get("reference_name"), origin=origin,
     )
+
+
+def _with_pcie_bandwidth(d: dict[str, Any]) -> dict[str, Any]:
+    """An entry that gives its PCIe generation and width but no host-link bandwidth (a user
+    entry, say) gets the bandwidth derived from them, with the arithmetic in ``derived``."""
+    gen, lanes = d.get("pcie_generation"), d.get("pcie_lanes")
+    if d.get("host_link_bytes_per_s") is not None or not gen or not lanes or d.get("host_link") not in (None, "pcie"):
+        return d
+    d = dict(d)
+    d["host_link"] = "pcie"
+    d["host_link_bytes_per_s"] = float(round(pcie_bytes_per_s(gen, lanes)))
+    rate, payload = PCIE_GT_PER_S[gen]
+    d["derived"] = {**d.get("derived", {}), "host_link_bytes_per_s":
+                    f"PCIe {gen}.0 x{lanes}, one direction: {rate:g} GT/s x {lanes} lanes x {payload:.4g} payload / 8 bits"}
+    sources = dict(d.get("sources", {}))
+    sources.setdefault("host_link_bytes_per_s", ["GS"])
+    d["sources"] = sources
+    return d
 
 
 def _parse_doc(doc: Any, where: str) -> tuple[list[dict[str, Any]], dict[str, str], list[OtherDevice]]:
@@ -555,6 +628,11 @@ def load_specs(path: str | Path | None = None) -> SpecDB:
                     srcs.setdefault(fld, [tag])
             if key in merged:
                 base = merged[key]
+                if ({"pcie_generation", "pcie_lanes"} & set(ue)) and "host_link_bytes_per_s" not in ue:
+                    # a new generation or width (a card in a narrower slot): derive the bandwidth again
+                    base.pop("host_link_bytes_per_s", None)
+                    base.get("derived", {}).pop("host_link_bytes_per_s", None)
+                    base.get("sources", {}).pop("host_link_bytes_per_s", None)
                 for fld, v in ue.items():
                     if fld == "sources":
                         continue

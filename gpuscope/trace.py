@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .kernel_names import COMMUNICATION_KERNEL_RE, MEMORY_KERNEL_RE
+from .kernel_names import COMMUNICATION_KERNEL_RE, MEMCPY_KERNEL_RE, MEMORY_KERNEL_RE, MEMSET_KERNEL_RE, category_sql
 from .redact import redact_command
 from .errors import GpuscopeError, InputError
 
@@ -750,6 +750,9 @@ class TraceInfo:
     ts_relative: bool
     rank: int | None
     header: dict[str, Any]
+    #: Events named ``*StreamBeginCapture`` and ``*GraphLaunch`` (any category): design.md §4.2
+    #: leaves out a trace that only captures graphs beside one that launches them.
+    graph_events: dict[str, int] = field(default_factory=dict)
 
 
 def _rank(header: dict[str, Any]) -> int | None:
@@ -805,6 +808,10 @@ def _vendor(props: dict[str, Any] | None, runtime_hip: int, runtime_cuda: int, a
     return "unknown", "gpu"
 
 
+#: The key of ``traces.metadata`` under which ingest records the trace's graph capture and
+#: launch events (analyzers/scope.py reads it).
+GRAPH_EVENTS_KEY = "gpuscope_graph_events"
+
 #: Every temporary table ingest creates on its staging connection.
 STAGING_TABLES = (
     "ev", "gpu", "rt", "capture_window", "captured", "op_stage", "annotation_stage", "op_by_ext", "rt_link",
@@ -823,8 +830,8 @@ SELECT e.trace_id,
        e.stream,
        CASE WHEN lower(e.cat) IN ('gpu_memcpy', 'memcpy') THEN 'memcpy'
             WHEN lower(e.cat) IN ('gpu_memset', 'memset') THEN 'memset'
-            WHEN regexp_matches(coalesce(e.name, ''), '^(hip)?memcpy', 'i') THEN 'memcpy'
-            WHEN regexp_matches(coalesce(e.name, ''), '^(hip)?memset', 'i') THEN 'memset'
+            WHEN regexp_matches(coalesce(e.name, ''), '{memcpy}', 'i') THEN 'memcpy'
+            WHEN regexp_matches(coalesce(e.name, ''), '{memset}', 'i') THEN 'memset'
             ELSE 'kernel' END AS kind,
        e.name, e.ts_ns, e.dur_ns, e.correlation,
        e.ext_id,
@@ -932,13 +939,7 @@ FROM launches l ASOF JOIN op_depth d
 _FINISH_LINK_SQL = """
 CREATE TEMP TABLE kernel_stage AS
 SELECT g.trace_id, g.dev_label, g.device_index, g.stream, g.kind,
-       CASE WHEN g.kind <> 'kernel' THEN 'memory'
-            -- (every match holds one of these words: the cheap test spares most kernel names,
-            -- ~300 characters long on average, the regular expression)
-            WHEN CASE WHEN g.name ILIKE '%ccl%' OR g.name ILIKE '%all%' OR g.name ILIKE '%scatter%'
-                           OR g.name ILIKE '%multimem%' OR g.name ILIKE '%cross_device%'
-                      THEN regexp_matches(g.name, '{comm}', 'i') END THEN 'communication'
-            ELSE 'compute' END AS category,
+       {category} AS category,
        g.name, g.ts_ns, g.dur_ns, g.correlation, coalesce(g.ext_id, r.ext_id) AS external_id,
        CASE WHEN r.name ILIKE '%GraphLaunch%' THEN NULL
             ELSE coalesce(l.op_id, CASE WHEN r.correlation IS NULL THEN o.op_id END) END AS op_id,
@@ -1218,14 +1219,20 @@ def _stage_into(
                       base, relative, _rank(spooled.header), spooled.header)
         )
     progress("linking kernels to launches and ops")
-    con.execute(_EXTRACT_SQL)
+    con.execute(_EXTRACT_SQL.replace("{memcpy}", MEMCPY_KERNEL_RE).replace("{memset}", MEMSET_KERNEL_RE))
     counts = _counts(con)
+    graph_events = {int(t): {"stream_begin_capture": int(c), "graph_launch": int(g)} for t, c, g in con.execute(
+        "SELECT trace_id, count(*) FILTER (WHERE name LIKE '%StreamBeginCapture%'), "
+        "count(*) FILTER (WHERE name LIKE '%GraphLaunch%') FROM ev GROUP BY trace_id").fetchall()}
+    for info in infos:
+        info.graph_events = graph_events.get(info.trace_id, {"stream_begin_capture": 0, "graph_launch": 0})
     # The parsed events are the largest thing held: free them before linking builds its own.
     con.execute("DROP TABLE ev; DROP TABLE capture_window")
     con.execute(_LINK_SQL)
     if con.execute(f"SELECT count(*) {_UNCLAIMED_LAUNCHES}").fetchone()[0]:
         con.execute(_ENCLOSING_LINK_SQL)
-    con.execute(_FINISH_LINK_SQL.replace("{comm}", COMM_RE))
+    # the one definition of a category (kernel_names), which the analyzers use too
+    con.execute(_FINISH_LINK_SQL.replace("{category}", category_sql("g.kind", "g.name")))
     counts["not_traces"] = not_traces
     counts["graph_replayed_kernels"], counts["graph_mapped_kernels"] = map_graph_replays(con)
     con.execute("DROP TABLE gpu; DROP TABLE rt; DROP TABLE rt_link; DROP TABLE op_depth; DROP TABLE op_by_ext; "
@@ -1565,6 +1572,8 @@ def _write_rows(
     t0, d0, o0 = int(t0), int(d0), int(o0)
     for i in infos:
         meta = {k: v for k, v in i.header.items() if k != "traceEvents"}
+        if i.graph_events:
+            meta[GRAPH_EVENTS_KEY] = i.graph_events
         con.execute(
             "INSERT INTO traces VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
             [run_id, i.trace_id + t0, i.path, i.rank, i.base_time_ns, i.ts_relative, i.events, i.size_bytes,

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import SHARED_TRACES, run_cli, shared_trace
+from conftest import SHARED_TRACES, kernel, run_cli, runtime, shared_trace, write_trace
 
 # trace: (compute, communication, memory, idle) in µs
 EXPECTED = {
@@ -135,9 +135,30 @@ def _reference(folder: Path, tmp_path: Path) -> dict:
     return json.loads(out.read_text())
 
 
+def _reference_run(folder: Path, tmp_path: Path) -> dict:
+    """The folder ingested as one run (``gpuscope ingest`` takes sub-folders too), from the
+    reference script run on the folder and on each sub-folder: its per-trace figures, summed
+    under design.md §4.2's rule (a capture-only trace beside one that launches graphs is left
+    out). For a folder without sub-folders this is the script's own ``_run``."""
+    traces: dict[str, dict] = {}
+    dirs = sorted({p.parent for p in folder.rglob("*") if p.name.endswith((".json", ".json.gz"))})
+    for i, d in enumerate(dirs):
+        sub = tmp_path / f"ref{i}"
+        sub.mkdir()
+        for name, r in _reference(d, sub).items():
+            if name != "_run":
+                traces[str((d / name).relative_to(folder))] = r
+    replay = any(r["launches_graphs"] for r in traces.values())
+    counted = {n: r for n, r in traces.items() if not (replay and r["capture_only"])}
+    run = {k: sum(r[k] for r in counted.values()) for k in ("compute", "communication", "memory", "idle")}
+    run["excluded"] = sorted(n for n in traces if n not in counted)
+    return run
+
+
 @pytest.mark.parametrize("folder", ["hta", "tracelens", "tracelens/qwen1.5-0.5b-chat", "tracelens/vllm_decode_cudagraph"])
 def test_every_shared_trace_agrees_with_the_reference_script(folder: str, db, tmp_path: Path) -> None:
-    """Each trace alone, and the folder as one run, against reference_breakdown.py run now."""
+    """Each trace alone, and the folder as one run (excluded traces included), against
+    reference_breakdown.py run now."""
     path = shared_trace(folder)
     ref = _reference(path, tmp_path)
     for name, want in ref.items():
@@ -148,12 +169,19 @@ def test_every_shared_trace_agrees_with_the_reference_script(folder: str, db, tm
             assert doc["time_us"][key] == pytest.approx(want[key], rel=1e-9, abs=0.002), (name, key)
         # the script sums absolute float timestamps: its idle carries float rounding
         assert doc["time_us"]["idle"] == pytest.approx(want["idle"], rel=5e-4, abs=0.05), name
-    if any(r.get("gpu_events") for n, r in ref.items() if n != "_run") and folder.startswith("tracelens/"):
-        run = run_cli("analyze", path, "--json").json()
-        for key in ("compute", "communication", "memory"):
-            assert run["time_us"][key] == pytest.approx(ref["_run"][key], rel=1e-9, abs=0.002), key
-        assert run["time_us"]["idle"] == pytest.approx(ref["_run"]["idle"], rel=5e-4, abs=0.05)
-        assert sorted(Path(e["path"]).name for e in run["excluded_traces"]) == ref["_run"]["excluded"]
+        assert doc["excluded_traces"] == []  # alone, a capture trace is analyzed like any other
+    want = _reference_run(path, tmp_path)
+    if not any(p.is_dir() for p in path.iterdir()):
+        assert want == ref["_run"]  # a flat folder: exactly the script's own run
+    r = run_cli("analyze", path, "--json")
+    assert r.code == 0, r.err
+    run = r.json()
+    for key in ("compute", "communication", "memory"):
+        assert run["time_us"][key] == pytest.approx(want[key], rel=1e-9, abs=0.002), key
+    assert run["time_us"]["idle"] == pytest.approx(want["idle"], rel=5e-4, abs=0.05)
+    assert sorted(str(Path(e["path"]).relative_to(path)) for e in run["excluded_traces"]) == want["excluded"]
+    assert all(e["reason"] for e in run["excluded_traces"])
+    assert sum(run["roofline_us"].values()) == pytest.approx(run["time_us"]["compute"], abs=1e-6)
 
 
 def test_graph_capture_trace_beside_its_replay_is_not_counted(db) -> None:
@@ -201,3 +229,60 @@ def test_stores_written_before_get_the_new_category(tmp_path: Path) -> None:
     con.close()
     doc = run_cli("analyze", "--db", db, "--json").json()
     assert doc["time_us"]["communication"] == pytest.approx(2141.501, abs=0.002)
+
+
+def test_a_store_of_the_current_schema_with_the_old_category_is_analyzed_by_the_one_definition(tmp_path: Path) -> None:
+    """A schema-4 store ingested before the collectives of inference stacks counted as
+    communication (or edited by hand) holds ``kernels.category = 'compute'`` for them: analyze
+    derives the category from the one definition, so no migration is needed for it."""
+    import duckdb
+
+    db = tmp_path / "old.duckdb"
+    assert run_cli("ingest", shared_trace("tracelens/b200_eager.json.gz"), "--db", db, "-q").code == 0
+    con = duckdb.connect(str(db))
+    con.execute("UPDATE kernels SET category = 'compute' WHERE name ILIKE '%multimem%'")
+    con.close()
+    doc = run_cli("analyze", "--db", db, "--json").json()
+    assert doc["time_us"]["communication"] == pytest.approx(2141.501, abs=0.002)
+    assert doc["time_us"]["compute"] == pytest.approx(8721.415, abs=0.002)
+    multimem = [k for k in doc["kernels"] if "multimem" in k["name"]]
+    assert multimem and all(k["category"] == "communication" and k["family"] == "communication" for k in multimem)
+
+
+def _capture_and_replay(tmp_path: Path, capture_launches_inside: bool, replay_kernels: bool) -> Path:
+    """A capture trace (a graph captured between *StreamBeginCapture and *StreamEndCapture, and
+    two kernels 10 ms apart) beside a replay trace (a cudaGraphLaunch)."""
+    folder = tmp_path / "run"
+    folder.mkdir()
+    capture = [
+        runtime("cudaStreamBeginCapture", 100.0, 2.0, corr=1),
+        runtime("cudaStreamEndCapture", 200.0, 2.0, corr=3),
+        kernel("warmup_kernel", 0.0, 5.0, corr=10), kernel("warmup_kernel", 10_000.0, 5.0, corr=11),
+    ]
+    if capture_launches_inside:
+        launch = runtime("cudaLaunchKernel", 150.0, 3.0, corr=2)
+        launch["args"]["kernel"] = "graph_kernel"
+        capture.append(launch)
+    replay = [runtime("cudaGraphLaunch", 0.0, 5.0, corr=20), kernel("plain_kernel", 100.0, 10.0)]
+    if replay_kernels:
+        replay += [kernel("graph_kernel", 10.0, 20.0, corr=20), kernel("graph_kernel", 30.0, 20.0, corr=20)]
+    write_trace(folder / "capture.json", capture)
+    write_trace(folder / "replay.json", replay)
+    return folder
+
+
+@pytest.mark.parametrize("capture_launches_inside, replay_kernels", [
+    (False, True),  # the capture recorded no kernel launch (it captured copies, say)
+    (True, False),  # the replay trace's graph kernels fell outside the profiler window
+])
+def test_capture_and_launch_are_decided_by_the_event_names(tmp_path: Path, db, capture_launches_inside: bool,
+                                                          replay_kernels: bool) -> None:
+    """design.md §4.2: a trace captures when it has a *StreamBeginCapture event and launches
+    graphs when it has a *GraphLaunch event, whatever kernels made it into the trace."""
+    folder = _capture_and_replay(tmp_path, capture_launches_inside, replay_kernels)
+    doc = run_cli("analyze", folder, "--json").json()
+    assert [Path(e["path"]).name for e in doc["excluded_traces"]] == ["capture.json"]
+    assert doc["time_us"]["idle"] == pytest.approx(50.0 if replay_kernels else 0.0)  # not the 10 ms of capture
+    assert "warmup_kernel" not in {k["name"] for k in doc["kernels"]}
+    text = run_cli("analyze").out
+    assert "not counted: trace 0 (capture.json)" in text
