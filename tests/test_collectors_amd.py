@@ -327,14 +327,20 @@ def test_failing_cli_names_the_line_that_says_why(tmp_path: Path, name: str, rea
     assert "AMDSMI Tool" not in e.value.reason and "usermod" not in e.value.reason
 
 
-def test_devices_shows_the_warning_on_amd_devices(tmp_path: Path, monkeypatch) -> None:
-    exe = _fake_amd_smi(tmp_path, "w7700_usage_group_warning")
+def _amd_device_via_cli(tmp_path: Path, monkeypatch, output: str) -> dict:
+    """`gpuscope devices --json` on a machine whose only AMD source is an amd-smi printing ``output``."""
+    exe = _fake_amd_smi(tmp_path, output)
     monkeypatch.setattr("gpuscope.collectors.amd.find_amd_smi", lambda: exe)
     monkeypatch.setattr("gpuscope.collectors.amd.import_amdsmi", lambda *a, **k: (None, "amdsmi not importable", []))
     monkeypatch.setitem(sys.modules, "pynvml", None)
     r = run_cli("devices", "--json")
     assert r.code == 0, r.err
     gpu = next(d for d in r.json()["devices"] if d["vendor"] == "amd")
+    return gpu
+
+
+def test_devices_shows_the_warning_on_amd_devices(tmp_path: Path, monkeypatch) -> None:
+    gpu = _amd_device_via_cli(tmp_path, monkeypatch, "w7700_usage_group_warning")
     assert gpu["properties"]["notes"][0].startswith("WARNING: User is missing the following required groups")
     text = run_cli("devices")
     assert "note: WARNING: User is missing the following required groups: render, video" in text.out
@@ -473,13 +479,7 @@ def test_clock_fallback_is_in_the_sampler_stats_and_the_store(tmp_path: Path, db
 
 
 def test_devices_shows_the_rocm71_banner_and_why_metrics_are_missing(tmp_path: Path, monkeypatch) -> None:
-    exe = _fake_amd_smi(tmp_path, "mi300x_dpx_usage_after_permission_banner")
-    monkeypatch.setattr("gpuscope.collectors.amd.find_amd_smi", lambda: exe)
-    monkeypatch.setattr("gpuscope.collectors.amd.import_amdsmi", lambda *a, **k: (None, "amdsmi not importable", []))
-    monkeypatch.setitem(sys.modules, "pynvml", None)
-    r = run_cli("devices", "--json")
-    assert r.code == 0, r.err
-    gpu = next(d for d in r.json()["devices"] if d["vendor"] == "amd")
+    gpu = _amd_device_via_cli(tmp_path, monkeypatch, "mi300x_dpx_usage_after_permission_banner")
     assert gpu["properties"]["notes"][0] == "Permission needed to access required GPU device node(s):"
     assert gpu["supported"] == ["gpu_util", "mem_util"]
     assert "amd-smi warned about device permissions" in gpu["unsupported"]["temp_c"]
