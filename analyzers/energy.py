@@ -420,6 +420,7 @@ def run_telemetry(con: duckdb.DuckDBPyConnection, run_id: int, tokens: int | Non
     """Telemetry summary of ``run_id``: per GPU over the run and per profiler window, energy
     (:func:`device_energy`), and tokens (:func:`generation_summary`: from ``gpuscope.mark``
     marks, or ``tokens`` generated over the whole run when given)."""
+
     have = _available(con)
     cols = [c for c in _STATS if c in have]
     devices = con.execute(
@@ -502,6 +503,8 @@ def telemetry_by_bound(con: duckdb.DuckDBPyConnection, run_id: int, kernel_bound
     number of samples and the mean of each metric. A coarse picture: one sample every
     1/hz s, and vendors average some readings (NVML power over 1 s on Ampere and newer).
     """
+    from ..kernel_names import category_sql
+
     have = _available(con)
     cols = [c for c in ("power_w", "gpu_util", "sm_clock_mhz", "mem_clock_mhz", "sm_active", "tensor_active",
                         "dram_bw_util") if c in have]
@@ -514,7 +517,8 @@ def telemetry_by_bound(con: duckdb.DuckDBPyConnection, run_id: int, kernel_bound
             SELECT device_id, device_index FROM devices
             WHERE run_id = $1 AND source <> 'trace' AND coalesce(kind, 'gpu') = 'gpu' AND device_index IS NOT NULL
         ), k AS (
-            SELECT d.device_index, k.ts_ns, k.ts_ns + k.dur_ns AS end_ns, k.name, k.category
+            SELECT d.device_index, k.ts_ns, k.ts_ns + k.dur_ns AS end_ns, k.name,
+                   {category_sql("k.kind", "k.name")} AS category
             FROM kernels k JOIN devices d ON d.run_id = k.run_id AND d.device_id = k.device_id
             WHERE k.run_id = $1 AND d.device_index IS NOT NULL
         ), span AS (

@@ -36,3 +36,10 @@ def _int(text: str, least: int, what: str) -> int:
     if value < least:
         raise argparse.ArgumentTypeError(f"{text} is out of range: give {what}")
     return value
+
+
+def add_inflate_argument(parser: argparse.ArgumentParser) -> None:
+    """``--max-inflate-ratio``, for every command that ingests trace files."""
+    parser.add_argument("--max-inflate-ratio", type=positive_float, default=None, metavar="N",
+                        help="refuse a .gz trace that inflates more than N times its compressed size once past "
+                             "256 MiB (default 200; real traces inflate about 20x: a gzip bomb ~1000x)")

@@ -17,7 +17,7 @@ from typing import Any
 
 from . import __version__
 from .errors import GpuscopeError, InputError, StoreError
-from .argtypes import positive_float, positive_int
+from .argtypes import add_inflate_argument, positive_int
 from .paths import default_db_path, private_umask
 
 EXIT_OK = 0
@@ -109,13 +109,6 @@ def run_ref_or_ingest(db: Path, ref: str | None, name: str | None = None, announ
     """A ``RUN`` argument as a run reference: a trace file or directory is ingested first and
     its new run id returned; a path-like argument that does not exist is an InputError."""
     return open_run_ref(db, ref, name, announce, keep_open=False, max_inflate_ratio=max_inflate_ratio)[0]
-
-
-def add_inflate_argument(parser: argparse.ArgumentParser) -> None:
-    """``--max-inflate-ratio``, for every command that ingests trace files."""
-    parser.add_argument("--max-inflate-ratio", type=positive_float, default=None, metavar="N",
-                        help="refuse a .gz trace that inflates more than N times its compressed size once past "
-                             "256 MiB (default 200; real traces inflate about 20x: a gzip bomb ~1000x)")
 
 
 def open_run_ref(

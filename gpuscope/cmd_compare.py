@@ -5,7 +5,7 @@ import argparse
 import sys
 from typing import Any
 
-from .argtypes import positive_int
+from .argtypes import add_inflate_argument, positive_int
 
 HELP = "two runs side by side, op by op (e.g. H100 vs MI300X)"
 DESCRIPTION = (
@@ -28,8 +28,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--gpu-b", metavar="KEY", help="override the GPU of RUN_B (spec key or name)")
     parser.add_argument("--specs", metavar="FILE", help="extra/overriding GPU spec entries")
     parser.add_argument("--wide", action="store_true", help="show names and shapes whole (--json always has them whole)")
-    from .cli import add_inflate_argument
-
     add_inflate_argument(parser)
 
 
