@@ -94,14 +94,10 @@ def _already_ingested(db: Path, ref: str) -> tuple[int, str] | None:
         return None  # the ingest that follows says what is wrong with it
     con = store.connect(db, read_only=True)
     try:
-        row = con.execute(
-            "SELECT id, name FROM runs WHERE status = 'complete' AND source = 'ingest' "
-            "AND json_extract_string(info, '$.inputs_digest') = ? ORDER BY created_ns DESC, id DESC LIMIT 1",
-            [digest],
-        ).fetchone()
+        ref = store.read.find_ingested_run(con, digest)
     finally:
         con.close()
-    return (int(row[0]), str(row[1])) if row else None
+    return (ref.id, ref.name) if ref else None
 
 
 def run_ref_or_ingest(db: Path, ref: str | None, name: str | None = None, announce: bool = False,

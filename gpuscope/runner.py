@@ -452,22 +452,21 @@ def _writing(db: Path) -> Iterator[Any]:
 
 
 def _update_info(db: Path, run_id: int, extra: dict[str, Any]) -> None:
+    from .store import runs
+
     with _writing(db) as con:
-        row = con.execute("SELECT info FROM runs WHERE id = ?", [run_id]).fetchone()
-        info = json.loads(row[0]) if row and row[0] else {}
-        info.update(extra)
-        con.execute("UPDATE runs SET info = ? WHERE id = ?", [json.dumps(info), run_id])
+        runs.merge_info(con, run_id, extra)
 
 
 def _finish(db: Path, run_id: int, status: str, code: int | None, ended_ns: int, started_ns: int | None = None,
             annotations: list[tuple[Any, ...]] | None = None) -> None:
     """Close the run (status, exit code, end) and store its annotations, in one transaction."""
+    from .store import runs
+
     with _writing(db) as con:
         if annotations:
             con.executemany("INSERT INTO annotations VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", annotations)
-        con.execute("UPDATE runs SET status = ?, exit_code = ?, ended_ns = ?, "
-                    "started_ns = coalesce(started_ns, ?) WHERE id = ?",
-                    [status, code, ended_ns, started_ns, run_id])
+        runs.finish(con, run_id, status, ended_ns, exit_code=code, started_ns=started_ns)
 
 
 def _annotation_rows(run_id: int, windows: list[dict[str, Any]], marks: list[dict[str, Any]]) -> list[tuple[Any, ...]]:

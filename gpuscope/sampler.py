@@ -136,6 +136,8 @@ class Sink:
         """One batch of rows."""
 
     def close(self, stats: SamplerStats) -> None:
+        from .store import runs
+
         """Called once after the last batch."""
 
 
@@ -468,6 +470,8 @@ class MemorySink(Sink):
                     self._rows.setdefault(s.device, deque(maxlen=self.maxlen)).append(s)
 
     def close(self, stats: SamplerStats) -> None:
+        from .store import runs
+
         self.stats = stats
 
     def rows(self, device: str) -> list[Sample]:
@@ -501,6 +505,8 @@ class RecordingSink(Sink):
         self.writer._f.flush()
 
     def close(self, stats: SamplerStats) -> None:
+        from .store import runs
+
         d = stats.to_dict()
         d["degradations"] = [str(g) for g in stats.degradations]
         self.writer.close(d)
@@ -583,6 +589,7 @@ class StoreSink(Sink):
 
     def start(self, info: SamplerInfo) -> None:
         from . import store
+        from .store import read, runs
 
         # imported here, before sampling starts: a first import in the dispatch thread would
         # hold the GIL long enough to delay ticks
@@ -591,18 +598,13 @@ class StoreSink(Sink):
         con = self._connect(retry_s=5.0)
         try:
             with store.transaction(con):
-                now = time.time_ns()
                 if self.run_id is None:
-                    self.run_id = int(con.execute("SELECT nextval('run_id_seq')").fetchone()[0])
                     meta = {"sampler": {"pid": os.getpid(), "interval_s": info.interval_s},
                             "vendors": [v.to_dict() for v in info.vendors]}
-                    con.execute(
-                        "INSERT INTO runs (id, name, status, source, started_ns, ended_ns, created_ns, command, "
-                        "exit_code, host, info) VALUES (?, ?, 'recording', ?, ?, NULL, ?, ?, NULL, ?, ?)",
-                        [self.run_id, self.name, self.source, info.started_ns, now, self.command, store.hostname(),
-                         json.dumps(meta)])
+                    self.run_id = runs.begin_recording(con, name=self.name, source=self.source,
+                                                       started_ns=info.started_ns, command=self.command, info=meta)
                     self.created_run = True
-                elif con.execute("SELECT count(*) FROM runs WHERE id = ?", [self.run_id]).fetchone()[0] == 0:
+                elif read.run_name(con, self.run_id) is None:
                     raise StoreError(f"{self.db}: run {self.run_id} does not exist")
                 base = con.execute("SELECT coalesce(max(device_id) + 1, 0) FROM devices WHERE run_id = ?",
                                    [self.run_id]).fetchone()[0]
@@ -692,6 +694,8 @@ class StoreSink(Sink):
             con.unregister("_gpuscope_samples")
 
     def close(self, stats: SamplerStats) -> None:
+        from .store import runs
+
         deadline = time.monotonic() + 30.0
         while not self.flush(retry_s=2.0):
             if time.monotonic() > deadline:
@@ -715,10 +719,9 @@ class StoreSink(Sink):
                                  "sink_errors": st.sink_errors, "clock_fallbacks": st.clock_fallbacks})])
                 if self.created_run:
                     if self.final_status is not None:
-                        con.execute("UPDATE runs SET status = ?, ended_ns = ? WHERE id = ?",
-                                    [self.final_status, st.ended_ns, self.run_id])
+                        runs.finish(con, self.run_id, self.final_status, st.ended_ns)
                     else:
-                        con.execute("UPDATE runs SET ended_ns = ? WHERE id = ?", [st.ended_ns, self.run_id])
+                        runs.set_ended(con, self.run_id, st.ended_ns)
         finally:
             if self._mem is not None:
                 self._mem.close()

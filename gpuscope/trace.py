@@ -35,7 +35,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .kernel_names import COMMUNICATION_KERNEL_RE, MEMCPY_KERNEL_RE, MEMORY_KERNEL_RE, MEMSET_KERNEL_RE, category_sql
-from .redact import redact_command
 from .errors import GpuscopeError, InputError
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -1440,6 +1439,7 @@ def ingest(
     ancestors (``all_ops`` keeps every one); a CPU-only trace keeps every op.
     """
     from . import store
+    from .store import read, runs
 
     store.check_store_path(db_path)  # before the parse: a bad --db should not cost a long ingest
     files = expand_paths(paths)
@@ -1516,22 +1516,14 @@ def ingest(
             with store.transaction(con):
                 offsets = (0, 0, 0)
                 if into_run is None:
-                    run_id = con.execute("SELECT nextval('run_id_seq')").fetchone()[0]
-                    con.execute(
-                        "INSERT INTO runs (id, name, status, source, started_ns, ended_ns, created_ns, command, exit_code, host, info) "
-                        "VALUES (?, ?, 'complete', 'ingest', ?, ?, ?, ?, NULL, ?, ?)",
-                        [run_id, run_name, span[0], span[1], store.now_ns(),
-                         redact_command(["gpuscope", "ingest", *(str(f) for f in files)]), store.hostname(), json.dumps(info_doc)],
-                    )
+                    run_id = runs.add_ingested(con, name=run_name, started_ns=span[0], ended_ns=span[1],
+                                               command=["gpuscope", "ingest", *(str(f) for f in files)], info=info_doc)
                 else:
-                    row = con.execute("SELECT name, info FROM runs WHERE id = ?", [into_run]).fetchone()
-                    if row is None:
+                    run_name = read.run_name(con, into_run)
+                    if run_name is None:
                         raise InputError(f"run {into_run}", "no such run")
-                    run_id, run_name = into_run, row[0]
-                    old = json.loads(row[1]) if row[1] else {}
-                    old["ingest"] = info_doc["ingest"]
-                    old["notes"] = list(old.get("notes", [])) + notes
-                    con.execute("UPDATE runs SET info = ? WHERE id = ?", [json.dumps(old), run_id])
+                    run_id = into_run
+                    runs.merge_info(con, run_id, {"ingest": info_doc["ingest"]}, append_notes=notes)
                     offsets = con.execute(
                         "SELECT (SELECT coalesce(max(trace_id) + 1, 0) FROM traces WHERE run_id = $1), "
                         "(SELECT coalesce(max(device_id) + 1, 0) FROM devices WHERE run_id = $1), "

@@ -277,10 +277,10 @@ def test_migration_from_schema_2_adds_the_new_columns(tmp_path: Path, monkeypatc
     from gpuscope import metrics
 
     path = tmp_path / "v2.duckdb"
-    old = tuple(m for m in metrics.METRICS if m.name not in dict(store._SAMPLE_COLUMNS_V3)
+    old = tuple(m for m in metrics.METRICS if m.name not in dict(store.schema._SAMPLE_COLUMNS_V3)
                 and m.name != "mem_reserved_bytes")
-    monkeypatch.setattr(store, "METRICS", old)
-    monkeypatch.setattr(store, "SCHEMA_VERSION", 2)
+    monkeypatch.setattr(store.schema, "METRICS", old)
+    monkeypatch.setattr(store.schema, "SCHEMA_VERSION", 2)
     store.connect(path).close()
     monkeypatch.undo()
     con = store.connect(path)
@@ -288,7 +288,7 @@ def test_migration_from_schema_2_adds_the_new_columns(tmp_path: Path, monkeypatc
         assert store.schema_version(con) == store.SCHEMA_VERSION
         cols = [r[0] for r in con.execute("DESCRIBE samples").fetchall()]
         # step 2->3 adds its columns, then step 3->4 mem_reserved_bytes
-        assert cols[-len(store._SAMPLE_COLUMNS_V3) - 1:] == [n for n, _ in store._SAMPLE_COLUMNS_V3] + ["mem_reserved_bytes"]
+        assert cols[-len(store.schema._SAMPLE_COLUMNS_V3) - 1:] == [n for n, _ in store.schema._SAMPLE_COLUMNS_V3] + ["mem_reserved_bytes"]
         assert con.execute("SELECT count(*) FROM sampler_stats").fetchone()[0] == 0
     finally:
         con.close()
@@ -403,8 +403,8 @@ def test_migration_from_schema_3_adds_mem_reserved_bytes_null_for_old_rows(tmp_p
     from gpuscope import metrics
 
     path = tmp_path / "v3.duckdb"
-    monkeypatch.setattr(store, "METRICS", tuple(m for m in metrics.METRICS if m.name != "mem_reserved_bytes"))
-    monkeypatch.setattr(store, "SCHEMA_VERSION", 3)
+    monkeypatch.setattr(store.schema, "METRICS", tuple(m for m in metrics.METRICS if m.name != "mem_reserved_bytes"))
+    monkeypatch.setattr(store.schema, "SCHEMA_VERSION", 3)
     con = store.connect(path)
     con.execute("INSERT INTO samples (run_id, device_id, ts_ns, mem_used_bytes) VALUES (1, 0, 5, ?)", [455 * MIB])
     con.close()

@@ -153,7 +153,7 @@ def test_large_queries_still_spill(store_with_run: Path, sandbox: dict[str, Path
         con.execute(query).fetchall()
     con.close()
 
-    monkeypatch.setattr(store, "connect", small_connect)
+    monkeypatch.setattr(store.connection, "connect", small_connect)
     r = run_cli("sql", query, "--json")
     assert r.code == 0, r.err
     assert r.json() == [{"n": 300000}]

@@ -1,0 +1,219 @@
+"""Opening the store: one DuckDB file, created and migrated on first write.
+
+DuckDB allows one writing process per file and no reader from another process while it
+writes, so writers keep their connection short: ingest stages everything in memory and
+attaches the store only for its final transaction; a busy store is retried, then named.
+"""
+from __future__ import annotations
+
+import os
+import re
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import TYPE_CHECKING, TypeVar
+
+from ..errors import StoreError
+from . import schema
+from .schema import STORE_BLOCK_SIZE, migrate, schema_version
+
+if TYPE_CHECKING:  # pragma: no cover
+    import duckdb
+
+T = TypeVar("T")
+
+
+def attach_sql(path: Path | str, alias: str = "store") -> str:
+    """The ``ATTACH`` statement for the store at ``path`` (new files get :data:`STORE_BLOCK_SIZE`)."""
+    quoted = "'" + str(path).replace("'", "''") + "'"
+    options = "" if Path(path).exists() else f" (BLOCK_SIZE {STORE_BLOCK_SIZE})"
+    return f"ATTACH {quoted} AS {alias}{options}"
+
+
+#: Bytes 8-11 of every DuckDB database file.
+_DUCKDB_MAGIC = b"DUCK"
+
+
+def store_exists(path: Path | str) -> bool:
+    """Whether a store file is at ``path``. An empty file (``--db "$(mktemp)"``) is no store
+    yet: it holds nothing, and the first write makes the store there."""
+    try:
+        return Path(path).stat().st_size > 0
+    except FileNotFoundError:
+        return False
+
+
+def check_store_path(path: Path | str) -> None:
+    """Raise :class:`StoreError` when ``path`` cannot be a store: a directory, or an existing
+    file that is not a DuckDB database (DuckDB's own errors for these are misleading)."""
+    p = Path(path)
+    if p.is_dir():
+        raise StoreError(f"{p}: is a directory, not a store file (pass --db DIR/gpuscope.duckdb)")
+    try:
+        with open(p, "rb") as f:
+            head = f.read(12)
+    except FileNotFoundError:
+        return
+    except OSError as exc:
+        raise StoreError(f"{p}: cannot read the store: {exc.strerror or exc}") from None
+    if head and head[8:12] != _DUCKDB_MAGIC:
+        raise StoreError(f"{p}: not a gpuscope store (the file is not a DuckDB database)")
+
+
+def _make_room(path: Path) -> None:
+    """Make the folder of a store about to be created, and remove an empty file in its place
+    (DuckDB refuses to open one; it holds nothing). Failures are a :class:`StoreError`."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        if path.exists() and not store_exists(path):
+            path.unlink()
+    except OSError as exc:
+        raise StoreError(f"{path}: cannot create the store: {exc.strerror or exc}") from None
+
+
+def open_attached(con: duckdb.DuckDBPyConnection, path: Path | str, alias: str = "store", retry_s: float = 2.0) -> None:
+    """``ATTACH`` the store at ``path`` (creating its folder and file if needed) to ``con``,
+    retried while another process writes to it; any failure is a :class:`StoreError`."""
+    from .._db import duckdb
+
+    check_store_path(path)
+    _make_room(Path(path))
+    try:
+        retry_while_locked(path, retry_s, lambda: con.execute(attach_sql(path, alias)))
+    except duckdb.Error as exc:
+        raise StoreError(f"{path}: not a usable gpuscope store: {str(exc).splitlines()[0]}") from None
+
+
+def _create(path: Path) -> None:
+    from .._db import duckdb
+
+    _make_room(path)
+    con = duckdb.connect(":memory:")
+    try:
+        con.execute(attach_sql(path))
+        con.execute("USE store")
+        migrate(con)
+        con.execute("USE memory")
+        con.execute("DETACH store")
+    except duckdb.Error as exc:
+        raise StoreError(f"{path}: cannot create the store: {str(exc).splitlines()[0]}") from None
+    finally:
+        con.close()
+
+
+_LOCK_RE = re.compile(r"Conflicting lock is held in (.*?) \(PID (\d+)\)")
+
+
+def retry_while_locked(path: Path | str, retry_s: float, open_store: Callable[[], T]) -> T:
+    """``open_store()`` (a connect or an ATTACH of the store file), retried for ``retry_s``
+    seconds while another process holds the file's write lock; then a :class:`StoreError`
+    naming that process. Other I/O errors become a :class:`StoreError` at once."""
+    from .._db import duckdb
+
+    deadline = time.monotonic() + retry_s
+    while True:
+        try:
+            return open_store()
+        except duckdb.IOException as exc:
+            msg = str(exc)
+            m = _LOCK_RE.search(msg)
+            if m and time.monotonic() < deadline:
+                time.sleep(0.05)
+                continue
+            if m:
+                raise StoreError(f"{path}: the store is busy (held by {m.group(1)}, pid {m.group(2)})") from None
+            raise StoreError(f"{path}: cannot open the store: {msg.splitlines()[0]}") from None
+
+
+def connect_for_user_query(path: Path | str, temp_dir: Path | str) -> duckdb.DuckDBPyConnection:
+    """The store opened read-only for a query a user typed (``gpuscope sql``): DuckDB's
+    access to any other file (``COPY ... TO``, ``read_csv``, ``ATTACH``, ``EXPORT``,
+    extensions) is turned off and the configuration locked, so that on a shared server the
+    query interface cannot become a way to read or write other files. The store itself stays
+    readable because it is attached before access is turned off. ``temp_dir`` (which the
+    caller removes) is where a large query spills: the lockdown leaves DuckDB's temporary
+    directory writable, so it must not be the store's shared ``<store>.tmp``."""
+    con = connect(path, read_only=True)
+    try:
+        quoted = str(temp_dir).replace("'", "''")
+        con.execute(f"SET temp_directory = '{quoted}'")
+        con.execute("SET enable_external_access = false")
+        con.execute("SET lock_configuration = true")
+    except Exception:
+        con.close()
+        raise
+    return con
+
+
+def connect(path: Path | str, read_only: bool = False, retry_s: float = 2.0) -> duckdb.DuckDBPyConnection:
+    """Open the store at ``path`` and migrate it. ``read_only`` opens never create a file.
+
+    A store held by another writing process is retried for ``retry_s`` seconds (writers keep
+    their transactions short), then reported as a :class:`StoreError` naming that process.
+    """
+    from .._db import duckdb
+
+    path = Path(path)
+    check_store_path(path)
+    if read_only and not store_exists(path):
+        raise StoreError(f"{path}: no store here yet (run `gpuscope ingest` or `gpuscope run` first)")
+    if not read_only and not store_exists(path):
+        _create(path)
+    try:
+        con = retry_while_locked(path, retry_s, lambda: duckdb.connect(str(path), read_only=read_only))
+    except duckdb.Error as exc:
+        raise StoreError(f"{path}: not a usable gpuscope store: {str(exc).splitlines()[0]}") from None
+    try:
+        if read_only:
+            version = schema_version(con)
+            if version != schema.SCHEMA_VERSION:
+                con.close()
+                if version > schema.SCHEMA_VERSION:
+                    raise StoreError(
+                        f"{path}: the store uses schema version {version}, newer than this gpuscope "
+                        f"understands ({schema.SCHEMA_VERSION}): upgrade gpuscope"
+                    )
+                rw = connect(path, read_only=False, retry_s=retry_s)
+                rw.close()
+                return connect(path, read_only=True, retry_s=retry_s)
+        else:
+            migrate(con)
+            from .runs import recover_stale_runs
+
+            recover_stale_runs(con)
+    except StoreError:
+        raise
+    except Exception as exc:
+        con.close()
+        raise StoreError(f"{path}: not a usable gpuscope store: {str(exc).splitlines()[0]}") from None
+    return con
+
+
+@contextmanager
+def transaction(con: duckdb.DuckDBPyConnection) -> Iterator[duckdb.DuckDBPyConnection]:
+    """``BEGIN`` ... ``COMMIT``, or ``ROLLBACK`` on any exception: all or nothing."""
+    con.execute("BEGIN TRANSACTION")
+    try:
+        yield con
+    except BaseException:
+        con.execute("ROLLBACK")
+        raise
+    con.execute("COMMIT")
+
+
+
+
+def now_ns() -> int:
+    """Wall-clock nanoseconds since the Unix epoch."""
+    return time.time_ns()
+
+
+def hostname() -> str:
+    """This machine's host name."""
+    try:
+        return os.uname().nodename
+    except AttributeError:  # pragma: no cover - Windows
+        import socket
+
+        return socket.gethostname()

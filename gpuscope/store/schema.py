@@ -1,0 +1,305 @@
+"""The store's schema: its tables, one migration per schema version, and ``migrate``.
+
+The tables that ``gpuscope sql`` users can rely on are ``runs``, ``devices``, ``samples``,
+``kernels``, ``ops`` and ``annotations`` (see ``docs/store.md``); ``traces``, ``calibrations``,
+``sampler_stats`` and ``meta`` are there too. All timestamps are integer nanoseconds since the
+Unix epoch, durations integer nanoseconds. Who writes each table: ``docs/architecture.md``.
+"""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from ..errors import StoreError
+from ..metrics import METRICS
+from ..redact import redact_command
+
+if TYPE_CHECKING:  # pragma: no cover
+    import duckdb
+
+SCHEMA_VERSION = 4
+#: Block size of new store files. DuckDB's default (256 KiB) makes even an empty store 0.8 MB;
+#: 64 KiB blocks keep small runs small at no measurable cost in speed.
+STORE_BLOCK_SIZE = 65536
+
+
+
+def _samples_ddl() -> str:
+    cols = ",\n  ".join(f"{m.name} {m.sql_type}" for m in METRICS)
+    return f"""CREATE TABLE samples (
+  run_id BIGINT NOT NULL,
+  device_id INTEGER NOT NULL,
+  ts_ns BIGINT NOT NULL,
+  {cols}
+)"""
+
+
+# Migration i takes a store from version i to i+1. Never edit a released step: add one.
+def _migration_0_to_1(con: duckdb.DuckDBPyConnection) -> None:
+    con.execute("CREATE SEQUENCE run_id_seq START 1")
+    con.execute(
+        """CREATE TABLE runs (
+  id BIGINT PRIMARY KEY,
+  name VARCHAR NOT NULL,
+  status VARCHAR NOT NULL,
+  source VARCHAR NOT NULL,
+  started_ns BIGINT,
+  ended_ns BIGINT,
+  created_ns BIGINT NOT NULL,
+  command VARCHAR,
+  exit_code INTEGER,
+  host VARCHAR,
+  info VARCHAR
+)"""
+    )
+    con.execute(
+        """CREATE TABLE traces (
+  run_id BIGINT NOT NULL,
+  trace_id INTEGER NOT NULL,
+  path VARCHAR,
+  rank INTEGER,
+  base_time_ns BIGINT,
+  ts_relative BOOLEAN,
+  events BIGINT,
+  size_bytes BIGINT,
+  metadata VARCHAR
+)"""
+    )
+    con.execute(
+        """CREATE TABLE devices (
+  run_id BIGINT NOT NULL,
+  device_id INTEGER NOT NULL,
+  key VARCHAR NOT NULL,
+  source VARCHAR NOT NULL,
+  trace_id INTEGER,
+  device_index INTEGER,
+  vendor VARCHAR,
+  kind VARCHAR,
+  name VARCHAR,
+  spec_key VARCHAR,
+  memory_total_bytes BIGINT,
+  compute_capability VARCHAR,
+  num_sms INTEGER,
+  warp_size INTEGER,
+  uuid VARCHAR,
+  pci_bus_id VARCHAR,
+  properties VARCHAR
+)"""
+    )
+    con.execute(
+        """CREATE TABLE kernels (
+  run_id BIGINT NOT NULL,
+  trace_id INTEGER NOT NULL,
+  device_id INTEGER NOT NULL,
+  stream BIGINT,
+  kind VARCHAR NOT NULL,
+  category VARCHAR NOT NULL,
+  name VARCHAR,
+  ts_ns BIGINT NOT NULL,
+  dur_ns BIGINT NOT NULL,
+  correlation BIGINT,
+  external_id BIGINT,
+  op_id BIGINT,
+  launch_name VARCHAR,
+  launch_ts_ns BIGINT,
+  launch_dur_ns BIGINT,
+  grid INTEGER[],
+  block INTEGER[],
+  registers_per_thread INTEGER,
+  shared_memory_bytes BIGINT,
+  occupancy DOUBLE,
+  bytes BIGINT
+)"""
+    )
+    con.execute(
+        """CREATE TABLE ops (
+  run_id BIGINT NOT NULL,
+  op_id BIGINT NOT NULL,
+  parent_op_id BIGINT,
+  trace_id INTEGER NOT NULL,
+  pid VARCHAR,
+  tid VARCHAR,
+  name VARCHAR,
+  ts_ns BIGINT NOT NULL,
+  dur_ns BIGINT NOT NULL,
+  external_id BIGINT,
+  sequence_number BIGINT,
+  input_dims VARCHAR,
+  input_types VARCHAR,
+  input_strides VARCHAR,
+  concrete_inputs VARCHAR
+)"""
+    )
+    con.execute(
+        """CREATE TABLE annotations (
+  run_id BIGINT NOT NULL,
+  trace_id INTEGER,
+  kind VARCHAR NOT NULL,
+  name VARCHAR,
+  ts_ns BIGINT NOT NULL,
+  dur_ns BIGINT,
+  device_id INTEGER,
+  pid VARCHAR,
+  tid VARCHAR,
+  value VARCHAR
+)"""
+    )
+    con.execute(_samples_ddl())
+
+
+def _migration_1_to_2(con: duckdb.DuckDBPyConnection) -> None:
+    # Kernels replayed from a CUDA/HIP graph are attributed to the op that captured them; the
+    # column says how each kernel got its op ('launch': its own launch's op; 'graph_capture':
+    # matched to a captured launch; NULL: no op).
+    con.execute("ALTER TABLE kernels ADD COLUMN attribution VARCHAR")
+    # Launches recorded while a CUDA/HIP graph was being captured: they ran no kernel then, so
+    # they are kept here to map the graph's replayed kernels back to the ops that captured them.
+    con.execute(
+        """CREATE TABLE graph_launches (
+  run_id BIGINT NOT NULL,
+  trace_id INTEGER NOT NULL,
+  graph_ns BIGINT NOT NULL,
+  seq INTEGER NOT NULL,
+  kernel_name VARCHAR,
+  launch_name VARCHAR,
+  ts_ns BIGINT NOT NULL,
+  correlation BIGINT,
+  op_id BIGINT,
+  grid INTEGER[],
+  block INTEGER[]
+)"""
+    )
+    # Measured ("achievable") ceilings from `gpuscope calibrate`, per device and dtype.
+    con.execute(
+        """CREATE TABLE ceilings (
+  id BIGINT NOT NULL,
+  measured_ns BIGINT NOT NULL,
+  host VARCHAR,
+  device_name VARCHAR,
+  device_uuid VARCHAR,
+  spec_key VARCHAR,
+  backend VARCHAR NOT NULL,
+  metric VARCHAR NOT NULL,
+  dtype VARCHAR,
+  value DOUBLE NOT NULL,
+  unit VARCHAR NOT NULL,
+  method VARCHAR,
+  info VARCHAR
+)"""
+    )
+
+
+# Sample columns added by schema version 3 (telemetry collectors): name and type, fixed here
+# so that this step never changes when later steps add metrics.
+_SAMPLE_COLUMNS_V3 = (
+    ("xgmi_nvlink_rx_bytes_per_s", "DOUBLE"),
+    ("pcie_bytes_per_s", "DOUBLE"),
+    ("power_limit_w", "DOUBLE"),
+    ("proc_gpu_mem_bytes", "BIGINT"),
+    ("proc_gpu_util", "DOUBLE"),
+    ("host_cpu_util", "DOUBLE"),
+    ("host_mem_used_bytes", "BIGINT"),
+    ("host_mem_total_bytes", "BIGINT"),
+    ("proc_cpu_cores", "DOUBLE"),
+    ("proc_rss_bytes", "BIGINT"),
+    ("proc_count", "INTEGER"),
+)
+
+
+def _migration_2_to_3(con: duckdb.DuckDBPyConnection) -> None:
+    # Step 0->1 creates `samples` from the current metric table, so a new store already has
+    # these columns: IF NOT EXISTS makes this step a no-op there.
+    for name, sql_type in _SAMPLE_COLUMNS_V3:
+        con.execute(f"ALTER TABLE samples ADD COLUMN IF NOT EXISTS {name} {sql_type}")
+    # One row per sampled run: the sampler's cadence and its own cost (gpuscope.sampler).
+    con.execute(
+        """CREATE TABLE sampler_stats (
+  run_id BIGINT NOT NULL,
+  started_ns BIGINT,
+  ended_ns BIGINT,
+  interval_ns BIGINT,
+  ticks BIGINT,
+  missed_ticks BIGINT,
+  rows BIGINT,
+  devices INTEGER,
+  tick_cpu_ns_mean DOUBLE,
+  tick_cpu_ns_p99 DOUBLE,
+  tick_cpu_ns_max DOUBLE,
+  tick_wall_ns_mean DOUBLE,
+  tick_wall_ns_p99 DOUBLE,
+  tick_wall_ns_max DOUBLE,
+  cpu_ns_per_tick_per_device DOUBLE,
+  lateness_ns_p50 DOUBLE,
+  lateness_ns_p99 DOUBLE,
+  lateness_ns_max DOUBLE,
+  drift_ns BIGINT,
+  sink_cpu_ns BIGINT,
+  degradations VARCHAR,
+  info VARCHAR
+)"""
+    )
+
+
+def _migration_3_to_4(con: duckdb.DuckDBPyConnection) -> None:
+    # NVML's v2 memory query separates what the driver reserves from what is used.
+    con.execute("ALTER TABLE samples ADD COLUMN IF NOT EXISTS mem_reserved_bytes BIGINT")
+    # Collectives that inference stacks write themselves (vLLM's custom all-reduce, symmetric
+    # memory's multimem_*) were stored as compute: one definition now (kernel_names).
+    from ..kernel_names import COMMUNICATION_KERNEL_RE
+
+    con.execute("UPDATE kernels SET category = 'communication' WHERE kind = 'kernel' AND category = 'compute' "
+                "AND regexp_matches(name, ?, 'i')", [COMMUNICATION_KERNEL_RE])
+    # Commands stored before secrets were redacted (`--api-key K`) are redacted in place.
+    for run_id, command in con.execute("SELECT id, command FROM runs WHERE command IS NOT NULL").fetchall():
+        redacted = redact_command(command)
+        if redacted != command:
+            con.execute("UPDATE runs SET command = ? WHERE id = ?", [redacted, run_id])
+
+
+MIGRATIONS = (_migration_0_to_1, _migration_1_to_2, _migration_2_to_3, _migration_3_to_4)
+assert len(MIGRATIONS) == SCHEMA_VERSION
+
+
+def schema_version(con: duckdb.DuckDBPyConnection) -> int:
+    """The schema version of the store ``con`` currently uses (0 for an empty database).
+
+    Call it outside a transaction: on an empty database its query fails, which would abort one.
+    """
+    from .._db import duckdb
+
+    try:
+        # The table itself, not the catalog: listing the catalog (duckdb_tables(),
+        # information_schema) costs 10-15 ms on a freshly opened store, this 1 ms.
+        row = con.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
+    except duckdb.CatalogException:
+        return 0
+    return int(row[0]) if row else 0
+
+
+def migrate(con: duckdb.DuckDBPyConnection) -> None:
+    """Bring the store up to :data:`SCHEMA_VERSION`, in one transaction per step."""
+    version = schema_version(con)
+    if version > SCHEMA_VERSION:
+        raise StoreError(
+            f"the store uses schema version {version}, newer than this gpuscope understands "
+            f"({SCHEMA_VERSION}): upgrade gpuscope"
+        )
+    while version < SCHEMA_VERSION:
+        # A new store gets every step in one transaction (one commit instead of one per step);
+        # an existing one is upgraded a step per transaction.
+        last = SCHEMA_VERSION if version == 0 else version + 1
+        con.execute("BEGIN TRANSACTION")
+        try:
+            if version == 0:
+                con.execute("CREATE TABLE IF NOT EXISTS meta (key VARCHAR PRIMARY KEY, value VARCHAR)")
+            while version < last:
+                MIGRATIONS[version](con)
+                version += 1
+            con.execute(
+                "INSERT OR REPLACE INTO meta VALUES ('schema_version', ?)", [str(version)]
+            )
+            con.execute("COMMIT")
+        except BaseException:
+            con.execute("ROLLBACK")
+            raise
+
+
