@@ -124,10 +124,8 @@ def device_roofs(con: duckdb.DuckDBPyConnection, run_id: int, roof: str = "spec"
 
 
 def _measured(con: duckdb.DuckDBPyConnection, spec: Any, spec_roof: Roof) -> tuple[Roof, str | None]:
-    try:
-        from ..calibrate import latest_ceilings
-    except ImportError:  # pragma: no cover - calibrate is part of the package
-        return spec_roof, "no calibration support: spec roof used"
+    from ..store.read import latest_ceilings
+
     m = latest_ceilings(con, spec_key=spec.key)
     if m is None:
         return spec_roof, f"no calibration of a {spec.key} in this store (run `gpuscope calibrate`): spec roof used"

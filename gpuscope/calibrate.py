@@ -6,8 +6,8 @@ CPU), then :func:`write_calibration` stores one calibration (one ``id``, one row
 the ``ceilings`` table in a single transaction. Nothing touches the store until the measurement
 has finished, so a failed or interrupted calibration leaves it as it was.
 
-The analysis side reads calibrations with :func:`latest_ceilings` (pure, no printing) and
-:func:`list_calibrations`. See ``docs/calibrate.md``.
+The analysis side reads calibrations through the store's read layer
+(``gpuscope.store.read.latest_ceilings`` and ``list_calibrations``). See ``docs/calibrate.md``.
 
 torch is imported inside the functions that measure, never at module import.
 """
@@ -25,22 +25,22 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from .errors import GpuscopeError, InputError
+from .store.ceilings import (  # noqa: F401 - the metric names are the store's, re-exported
+    METRIC_MATMUL,
+    METRIC_MEM_BW,
+    METRIC_MEM_READ,
+    ROOF_DTYPES,
+    _dtype_order,
+)
 
 if TYPE_CHECKING:  # pragma: no cover
     import duckdb
 
-#: Roof dtype keys (the spec database's keys), in the order reports list them.
-ROOF_DTYPES: tuple[str, ...] = ("fp64", "fp32", "tf32", "fp16", "bf16", "fp8", "int8")
 #: What a GPU calibration measures unless told otherwise (fp8 is skipped where unsupported).
 DEFAULT_GPU_DTYPES: tuple[str, ...] = ("bf16", "fp16", "fp32", "tf32", "fp8")
 #: What a CPU calibration measures unless told otherwise.
 DEFAULT_CPU_DTYPES: tuple[str, ...] = ("fp32", "bf16")
 
-METRIC_MATMUL = "matmul_flops_per_s"
-#: Device-memory copy: bytes read plus bytes written per second (the roofline's bandwidth).
-METRIC_MEM_BW = "mem_bw_bytes_per_s"
-#: Read-only reduction over a large tensor: bytes read per second.
-METRIC_MEM_READ = "mem_read_bytes_per_s"
 METRICS: tuple[str, ...] = (METRIC_MATMUL, METRIC_MEM_BW, METRIC_MEM_READ)
 UNITS = {METRIC_MATMUL: "FLOP/s", METRIC_MEM_BW: "B/s", METRIC_MEM_READ: "B/s"}
 
@@ -135,25 +135,6 @@ class Calibration:
     #: The spec-database entry (whatever ``gpuscope.specs`` returns), None when unidentified.
     spec: Any = None
     info: dict[str, Any] = field(default_factory=dict)
-
-
-@dataclass(frozen=True)
-class MeasuredCeilings:
-    """The newest stored calibration of a device, as the roofline analysis needs it."""
-
-    calibration_id: int
-    measured_ns: int
-    host: str | None
-    device_name: str | None
-    spec_key: str | None
-    backend: str
-    #: Achieved matmul FLOP/s by roof dtype key ("bf16", "fp32", ...).
-    flops_per_s: dict[str, float]
-    #: Device-memory copy bandwidth (bytes read + written per second).
-    mem_bw_bytes_per_s: float | None
-    #: Read-only bandwidth (bytes read per second), when measured.
-    mem_read_bytes_per_s: float | None = None
-    device_uuid: str | None = None
 
 
 # --------------------------------------------------------------------------------------------
@@ -964,91 +945,12 @@ def _row_info(cal: Calibration, m: Measurement) -> str:
 def write_calibration(con: duckdb.DuckDBPyConnection, cal: Calibration, *, host: str | None = None) -> int:
     """Store ``cal`` as one calibration (one id, one row per measurement) in one transaction;
     returns its id."""
-    from .store import hostname, transaction
+    from .store import ceilings
 
-    host = host if host is not None else hostname()
-    with transaction(con):
-        cid = int(con.execute("SELECT coalesce(max(id), 0) + 1 FROM ceilings").fetchone()[0])
-        con.executemany(
-            "INSERT INTO ceilings (id, measured_ns, host, device_name, device_uuid, spec_key, backend, metric, "
-            "dtype, value, unit, method, info) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            [[cid, cal.measured_ns, host, cal.device.name, cal.device.uuid, cal.spec_key, cal.device.backend,
-              m.metric, m.dtype, float(m.value), m.unit, m.method, _row_info(cal, m)] for m in cal.measurements],
-        )
-    return cid
-
-
-def _ceilings_from_rows(rows: list[tuple[Any, ...]]) -> MeasuredCeilings:
-    first = rows[0]
-    flops: dict[str, float] = {}
-    bw = read = None
-    for r in rows:
-        metric, dtype, value = r[7], r[8], float(r[9])
-        if metric == METRIC_MATMUL and dtype:
-            flops[str(dtype)] = value
-        elif metric == METRIC_MEM_BW:
-            bw = value
-        elif metric == METRIC_MEM_READ:
-            read = value
-    return MeasuredCeilings(
-        calibration_id=int(first[0]), measured_ns=int(first[1]), host=first[2], device_name=first[3],
-        spec_key=first[5], backend=str(first[6]), flops_per_s=flops, mem_bw_bytes_per_s=bw,
-        mem_read_bytes_per_s=read, device_uuid=first[4],
-    )
-
-
-_COLUMNS = "id, measured_ns, host, device_name, device_uuid, spec_key, backend, metric, dtype, value, unit, method, info"
-
-
-def _newest(con: duckdb.DuckDBPyConnection, where: str, params: list[Any]) -> MeasuredCeilings | None:
-    row = con.execute(
-        f"SELECT id FROM ceilings WHERE {where} ORDER BY measured_ns DESC, id DESC LIMIT 1", params
-    ).fetchone()
-    if row is None:
-        return None
-    rows = con.execute(f"SELECT {_COLUMNS} FROM ceilings WHERE id = ? ORDER BY metric, dtype", [row[0]]).fetchall()
-    return _ceilings_from_rows(rows)
-
-
-def latest_ceilings(con: duckdb.DuckDBPyConnection, *, spec_key: str | None = None,
-                    device_name: str | None = None, host: str | None = None) -> MeasuredCeilings | None:
-    """The newest stored calibration that matches, or None.
-
-    With ``spec_key``: the newest calibration of that spec key (case-insensitive); when there is
-    none and ``device_name`` is given, the newest of that device name (case-insensitive, spaces
-    trimmed). With neither: the newest calibration of any device. ``host`` narrows every
-    lookup to calibrations made on that host."""
-    host_sql, host_params = (" AND host = ?", [host]) if host is not None else ("", [])
-    if spec_key is not None:
-        found = _newest(con, "lower(spec_key) = lower(?)" + host_sql, [spec_key.strip(), *host_params])
-        if found is not None or device_name is None:
-            return found
-    if device_name is not None:
-        return _newest(con, "lower(trim(device_name)) = lower(trim(?))" + host_sql, [device_name, *host_params])
-    return _newest(con, "true" + host_sql, host_params)
-
-
-def list_calibrations(con: duckdb.DuckDBPyConnection) -> list[dict[str, Any]]:
-    """Every stored calibration, newest first: id, measured_ns, host, device_name, device_uuid,
-    spec_key, backend, ``flops_per_s`` by dtype, ``mem_bw_bytes_per_s``, ``mem_read_bytes_per_s``."""
-    rows = con.execute(f"SELECT {_COLUMNS} FROM ceilings ORDER BY measured_ns DESC, id DESC, metric, dtype").fetchall()
-    by_id: dict[int, list[tuple[Any, ...]]] = {}
-    for r in rows:
-        by_id.setdefault(int(r[0]), []).append(r)
-    out = []
-    for group in by_id.values():
-        c = _ceilings_from_rows(group)
-        out.append({
-            "id": c.calibration_id, "measured_ns": c.measured_ns, "host": c.host, "device_name": c.device_name,
-            "device_uuid": c.device_uuid, "spec_key": c.spec_key, "backend": c.backend,
-            "flops_per_s": dict(sorted(c.flops_per_s.items(), key=lambda kv: _dtype_order(kv[0]))),
-            "mem_bw_bytes_per_s": c.mem_bw_bytes_per_s, "mem_read_bytes_per_s": c.mem_read_bytes_per_s,
-        })
-    return out
-
-
-def _dtype_order(dtype: str | None) -> int:
-    return ROOF_DTYPES.index(dtype) if dtype in ROOF_DTYPES else len(ROOF_DTYPES)
+    return ceilings.insert_calibration(
+        con, measured_ns=cal.measured_ns, host=host, device_name=cal.device.name, device_uuid=cal.device.uuid,
+        spec_key=cal.spec_key, backend=cal.device.backend,
+        rows=[(m.metric, m.dtype, float(m.value), m.unit, m.method, _row_info(cal, m)) for m in cal.measurements])
 
 
 # --------------------------------------------------------------------------------------------

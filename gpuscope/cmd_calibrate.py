@@ -65,7 +65,7 @@ def _short_flops(v: float) -> str:
 
 def _list(args: argparse.Namespace) -> int:
     from . import store
-    from .calibrate import list_calibrations
+    from .store.read import list_calibrations
     from .cli import print_json
     from .report import fmt_ns_time, table
 

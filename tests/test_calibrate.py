@@ -15,6 +15,7 @@ from conftest import file_digest, run_cli
 torch = pytest.importorskip("torch")
 
 from gpuscope import calibrate, store  # noqa: E402
+from gpuscope.store import read  # noqa: E402
 from gpuscope.calibrate import Calibration, DeviceInfo, Measurement  # noqa: E402
 
 GPU = bool(torch.cuda.is_available())
@@ -81,12 +82,12 @@ def test_quick_cpu_calibration_is_stored_and_read_back(db: Path) -> None:
     assert r2.err == ""  # -q: no progress
     con = store.connect(db, read_only=True)
     try:
-        m = calibrate.latest_ceilings(con)
+        m = read.latest_ceilings(con)
         assert m is not None and m.calibration_id == 2 and m.backend == "cpu"
         assert set(m.flops_per_s) == {"fp32"} and m.mem_bw_bytes_per_s and m.mem_bw_bytes_per_s > 1e8
-        assert calibrate.latest_ceilings(con, device_name=doc["device"]["name"]).calibration_id == 2
-        assert calibrate.latest_ceilings(con, spec_key="h100-sxm") is None  # CPUs have no spec key
-        cals = calibrate.list_calibrations(con)
+        assert read.latest_ceilings(con, device_name=doc["device"]["name"]).calibration_id == 2
+        assert read.latest_ceilings(con, spec_key="h100-sxm") is None  # CPUs have no spec key
+        cals = read.list_calibrations(con)
         assert [c["id"] for c in cals] == [2, 1]
     finally:
         con.close()
@@ -127,25 +128,25 @@ def test_latest_ceilings_matches_spec_key_then_device_name(db: Path) -> None:
                                                    backend="rocm"), host="a")
         assert (a, b, c, d) == (1, 2, 3, 4)
 
-        m = calibrate.latest_ceilings(con, spec_key="h100-sxm")
+        m = read.latest_ceilings(con, spec_key="h100-sxm")
         assert m is not None and m.calibration_id == 2 and m.host == "b" and m.backend == "cuda"
         assert m.flops_per_s == {"bf16": 720e12, "fp32": 45e12}
         assert m.mem_bw_bytes_per_s == 3.1e12 and m.mem_read_bytes_per_s == pytest.approx(3.41e12)
         assert m.device_uuid == "GPU-NVIDIA H100 80GB HBM3" and m.measured_ns == 3_000
-        assert calibrate.latest_ceilings(con, spec_key="H100-SXM").calibration_id == 2  # case-insensitive
-        assert calibrate.latest_ceilings(con, spec_key="h100-sxm", host="a").calibration_id == 1
-        assert calibrate.latest_ceilings(con, spec_key="mi300x").backend == "rocm"
+        assert read.latest_ceilings(con, spec_key="H100-SXM").calibration_id == 2  # case-insensitive
+        assert read.latest_ceilings(con, spec_key="h100-sxm", host="a").calibration_id == 1
+        assert read.latest_ceilings(con, spec_key="mi300x").backend == "rocm"
         # spec key first; the device name only when no calibration has that key
-        assert calibrate.latest_ceilings(con, spec_key="h100-sxm", device_name="Mystery GPU").calibration_id == 2
-        assert calibrate.latest_ceilings(con, spec_key="b200", device_name="mystery gpu ").calibration_id == 3
-        assert calibrate.latest_ceilings(con, spec_key="b200") is None
-        assert calibrate.latest_ceilings(con, device_name="nope") is None
+        assert read.latest_ceilings(con, spec_key="h100-sxm", device_name="Mystery GPU").calibration_id == 2
+        assert read.latest_ceilings(con, spec_key="b200", device_name="mystery gpu ").calibration_id == 3
+        assert read.latest_ceilings(con, spec_key="b200") is None
+        assert read.latest_ceilings(con, device_name="nope") is None
         # neither: the newest calibration of any device
-        assert calibrate.latest_ceilings(con).calibration_id == 3
-        assert calibrate.latest_ceilings(con, host="b").calibration_id == 2
-        assert calibrate.latest_ceilings(con, host="zzz") is None
+        assert read.latest_ceilings(con).calibration_id == 3
+        assert read.latest_ceilings(con, host="b").calibration_id == 2
+        assert read.latest_ceilings(con, host="zzz") is None
 
-        cals = calibrate.list_calibrations(con)
+        cals = read.list_calibrations(con)
         assert [x["id"] for x in cals] == [3, 2, 4, 1]
         assert list(cals[1]["flops_per_s"]) == ["fp32", "bf16"] and cals[1]["spec_key"] == "h100-sxm"
     finally:
@@ -155,9 +156,9 @@ def test_latest_ceilings_matches_spec_key_then_device_name(db: Path) -> None:
 def test_latest_ceilings_on_an_empty_store(db: Path) -> None:
     con = store.connect(db)
     try:
-        assert calibrate.latest_ceilings(con) is None
-        assert calibrate.latest_ceilings(con, spec_key="h100-sxm", device_name="x") is None
-        assert calibrate.list_calibrations(con) == []
+        assert read.latest_ceilings(con) is None
+        assert read.latest_ceilings(con, spec_key="h100-sxm", device_name="x") is None
+        assert read.list_calibrations(con) == []
     finally:
         con.close()
     r = run_cli("calibrate", "--list", "--db", db)
@@ -312,10 +313,10 @@ def test_quick_gpu_calibration(db: Path) -> None:
         {s["dtype"] for s in doc["skipped"]} == {"bf16", "fp16", "fp32", "tf32", "fp8"}
     con = store.connect(db, read_only=True)
     try:
-        m = calibrate.latest_ceilings(con, device_name=doc["device"]["name"])
+        m = read.latest_ceilings(con, device_name=doc["device"]["name"])
         assert m is not None and m.calibration_id == doc["calibration_id"]
         if doc["spec_key"]:
-            assert calibrate.latest_ceilings(con, spec_key=doc["spec_key"]).calibration_id == doc["calibration_id"]
+            assert read.latest_ceilings(con, spec_key=doc["spec_key"]).calibration_id == doc["calibration_id"]
     finally:
         con.close()
 
@@ -417,7 +418,7 @@ def test_gpu_code_path_on_a_fake_gpu(db: Path, monkeypatch: pytest.MonkeyPatch) 
     assert info["telemetry_after"] == {"sm_clock_mhz": 1980, "power_w": 512.0, "temperature_c": 61}
     con = store.connect(db, read_only=True)
     try:
-        m = calibrate.latest_ceilings(con, spec_key="h100-sxm")
+        m = read.latest_ceilings(con, spec_key="h100-sxm")
         assert m is not None and set(m.flops_per_s) == {"bf16", "fp16", "fp32", "tf32", "fp8"}
     finally:
         con.close()

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import InputError
 from ..redact import redact_command
+from .ceilings import MeasuredCeilings, latest_ceilings, list_calibrations  # noqa: F401 - part of the read layer
 from .runs import stale_runs
 
 if TYPE_CHECKING:  # pragma: no cover
