@@ -9,7 +9,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from .connection import hostname, transaction
+from ..machine import hostname
+from .tx import transaction
 
 if TYPE_CHECKING:  # pragma: no cover
     import duckdb

@@ -6,15 +6,15 @@ attaches the store only for its final transaction; a busy store is retried, then
 """
 from __future__ import annotations
 
-import os
 import re
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, TypeVar
 
 from ..errors import StoreError
+from ..machine import hostname, now_ns  # noqa: F401 - re-exported with the store API
+from .tx import transaction  # noqa: F401 - re-exported with the store API
 from . import schema
 from .schema import STORE_BLOCK_SIZE, migrate, schema_version
 
@@ -179,7 +179,7 @@ def connect(path: Path | str, read_only: bool = False, retry_s: float = 2.0) -> 
                 return connect(path, read_only=True, retry_s=retry_s)
         else:
             migrate(con)
-            from .runs import recover_stale_runs
+            from .runs import recover_stale_runs  # the lifecycle finishes runs whose recorder died
 
             recover_stale_runs(con)
     except StoreError:
@@ -188,32 +188,3 @@ def connect(path: Path | str, read_only: bool = False, retry_s: float = 2.0) -> 
         con.close()
         raise StoreError(f"{path}: not a usable gpuscope store: {str(exc).splitlines()[0]}") from None
     return con
-
-
-@contextmanager
-def transaction(con: duckdb.DuckDBPyConnection) -> Iterator[duckdb.DuckDBPyConnection]:
-    """``BEGIN`` ... ``COMMIT``, or ``ROLLBACK`` on any exception: all or nothing."""
-    con.execute("BEGIN TRANSACTION")
-    try:
-        yield con
-    except BaseException:
-        con.execute("ROLLBACK")
-        raise
-    con.execute("COMMIT")
-
-
-
-
-def now_ns() -> int:
-    """Wall-clock nanoseconds since the Unix epoch."""
-    return time.time_ns()
-
-
-def hostname() -> str:
-    """This machine's host name."""
-    try:
-        return os.uname().nodename
-    except AttributeError:  # pragma: no cover - Windows
-        import socket
-
-        return socket.gethostname()

@@ -22,7 +22,8 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import StoreError
 from ..redact import redact_command
-from .connection import hostname, now_ns
+from ..machine import hostname, now_ns
+from .tx import transaction
 
 if TYPE_CHECKING:  # pragma: no cover
     import duckdb
@@ -141,8 +142,6 @@ def stale_runs(con: duckdb.DuckDBPyConnection) -> list[int]:
 def recover_stale_runs(con: duckdb.DuckDBPyConnection) -> list[int]:
     """Finish :func:`stale_runs` as ``incomplete`` (with ``ended_ns`` at their last sample),
     in a transaction of its own; called when a writer opens the store."""
-    from .connection import transaction
-
     if not con.execute("SELECT count(*) FROM runs WHERE status = 'recording'").fetchone()[0]:
         return []
     with transaction(con):
