@@ -114,7 +114,7 @@ class RecordingWriter:
                  vendors: list[VendorStatus] | None = None, synthetic: bool = False, note: str | None = None,
                  header: dict[str, Any] | None = None) -> None:
         from gpuscope import __version__
-        from gpuscope.store import hostname
+        from gpuscope.machine import hostname
 
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
