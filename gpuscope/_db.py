@@ -1,9 +1,8 @@
 """DuckDB, imported as cheaply as the installed version allows.
 
 Since DuckDB's Python package split into a pure-Python layer (relational API, expression
-helpers, version metadata) over the native module ``_duckdb``, ``import duckdb`` costs about
-80 ms and 11 MiB more than the native module alone (measured with duckdb 2.0 on the 2-core
-benchmark VM: 79 ms vs 12 ms). gpuscope uses only ``connect``, the connection object and
+helpers, version metadata) over the native module ``_duckdb``, ``import duckdb`` costs several
+times the time and memory of the native module alone (numbers in bench/README.md). gpuscope uses only ``connect``, the connection object and
 the exception classes, which the native module provides itself (they are the very objects
 ``duckdb`` re-exports), so every command imports that when it exists and falls back to the
 package otherwise (older DuckDB versions, where the native module is ``duckdb.duckdb``).

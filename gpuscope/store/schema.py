@@ -17,8 +17,8 @@ if TYPE_CHECKING:  # pragma: no cover
     import duckdb
 
 SCHEMA_VERSION = 4
-#: Block size of new store files. DuckDB's default (256 KiB) makes even an empty store 0.8 MB;
-#: 64 KiB blocks keep small runs small at no measurable cost in speed.
+#: Block size of new store files: DuckDB's default (256 KiB) makes even an empty store large;
+#: 64 KiB blocks keep small runs small at no measurable cost in speed (bench/README.md).
 STORE_BLOCK_SIZE = 65536
 
 
@@ -268,7 +268,8 @@ def schema_version(con: duckdb.DuckDBPyConnection) -> int:
 
     try:
         # The table itself, not the catalog: listing the catalog (duckdb_tables(),
-        # information_schema) costs 10-15 ms on a freshly opened store, this 1 ms.
+        # information_schema) is an order of magnitude slower on a freshly opened store
+        # (bench/README.md, "Numbers behind the code").
         row = con.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
     except duckdb.CatalogException:
         return 0
