@@ -86,7 +86,7 @@ def test_wheel_install_works(tmp_path) -> None:
     assert p.returncode == 0, p.stderr
     (wheel,) = dist.glob("gpuscope-*.whl")
     names = zipfile.ZipFile(wheel).namelist()
-    for mod in ("gpuscope/cli.py", "gpuscope/analyzers/breakdown.py", "gpuscope/collectors/__init__.py",
+    for mod in ("gpuscope/cli/__init__.py", "gpuscope/analyzers/breakdown.py", "gpuscope/collectors/__init__.py",
                 "gpuscope/tui/__init__.py"):
         assert mod in names
     assert not any(n.startswith(("analyzers/", "collectors/", "tui/", "tests/")) for n in names)

@@ -23,8 +23,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Run the command; returns the exit code."""
-    from .cli import print_json
-    from .specs import load_specs
+    from .common import print_json
+    from ..specs import load_specs
 
     db = load_specs(args.specs)
     if args.gpu is None:
@@ -84,7 +84,7 @@ def _table(cols: list[str], rows: list[list[str]], align: str) -> str:
 
 def render_entry(s: Any, db: Any) -> str:
     """One entry in full."""
-    from .specs import DTYPES
+    from ..specs import DTYPES
 
     out = [f"{s.name} ({s.key})"]
 

@@ -24,8 +24,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _doc() -> dict[str, Any]:
-    from .collectors import discover
-    from .metrics import METRICS
+    from ..collectors import discover
+    from ..metrics import METRICS
 
     devices, vendors = discover()
     return {

@@ -44,8 +44,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _int(text: str, what: str) -> int:
-    from .analyzers.ceiling import parse_count
-    from .errors import InputError
+    from ..analyzers.ceiling import parse_count
+    from ..errors import InputError
 
     v = parse_count(text, what)
     if v != int(v):
@@ -54,7 +54,7 @@ def _int(text: str, what: str) -> int:
 
 
 def _float(text: str, what: str) -> float:
-    from .errors import InputError
+    from ..errors import InputError
 
     try:
         v = float(text)
@@ -67,9 +67,9 @@ def _float(text: str, what: str) -> float:
 
 def run(args: argparse.Namespace) -> int:
     """Run the command; returns the exit code."""
-    from .analyzers.ceiling import decode_ceiling, parse_bytes, parse_count
-    from .cli import print_json
-    from .specs import load_specs
+    from ..analyzers.ceiling import decode_ceiling, parse_bytes, parse_count
+    from .common import print_json
+    from ..specs import load_specs
 
     db = load_specs(args.specs)
     spec = db.find(args.gpu)
@@ -102,7 +102,7 @@ def run(args: argparse.Namespace) -> int:
 
 def render(result: object) -> str:
     """The text report: the arithmetic line by line, then the notes."""
-    from .analyzers.ceiling import CeilingResult
+    from ..analyzers.ceiling import CeilingResult
 
     assert isinstance(result, CeilingResult)
     r = result

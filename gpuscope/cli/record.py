@@ -6,9 +6,9 @@ import json
 import sys
 from typing import Any
 
-from .argtypes import positive_int
+from .common import positive_int
 
-from .errors import InputError
+from ..errors import InputError
 
 HELP = "record telemetry samples to a file (for replay in tests and demos)"
 DESCRIPTION = (
@@ -39,8 +39,8 @@ def run(args: argparse.Namespace) -> int:
         raise InputError("--seconds", f"must be a positive number of seconds, not {args.seconds}")
     if not 0.01 <= args.interval <= 3600:
         raise InputError("--interval", f"must be between 0.01 and 3600 seconds, not {args.interval}")
-    from .collectors import ProcessTree, default_collectors
-    from .sampler import RecordingSink, Sampler
+    from ..collectors import ProcessTree, default_collectors
+    from ..sampler import RecordingSink, Sampler
 
     tree = ProcessTree(args.pid) if args.pid else None
     sink = RecordingSink(args.out, note=args.note)

@@ -5,7 +5,7 @@ import argparse
 import sys
 from typing import Any
 
-from .argtypes import add_inflate_argument, positive_int
+from .common import add_inflate_argument, positive_int
 
 HELP = "two runs side by side, op by op (e.g. H100 vs MI300X)"
 DESCRIPTION = (
@@ -33,13 +33,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Run the command; returns the exit code."""
-    from . import store
-    from .analyzers.breakdown import analyze_run
-    from .analyzers.compare import compare_docs
-    from .cli import _db, print_json, run_ref_or_ingest
-    from .report import render_compare
+    from .. import store
+    from ..analyzers.breakdown import analyze_run
+    from ..analyzers.compare import compare_docs
+    from .common import db_path, print_json, run_ref_or_ingest
+    from ..report import render_compare
 
-    db = _db(args)
+    db = db_path(args)
     ref_a = run_ref_or_ingest(db, args.run_a, announce=not args.json, max_inflate_ratio=args.max_inflate_ratio)
     ref_b = run_ref_or_ingest(db, args.run_b, announce=not args.json, max_inflate_ratio=args.max_inflate_ratio)
     con = store.connect(db, read_only=True)

@@ -6,7 +6,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from .argtypes import non_negative_int, positive_int
+from .common import non_negative_int, positive_int
 
 HELP = "run CMD with telemetry and profiler windows; store, analyze and summarize it"
 DESCRIPTION = (
@@ -60,10 +60,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Run the command; returns the child's exit code."""
-    from .cli import _db, print_json
-    from .errors import InputError
-    from .report import render_run_summary
-    from .runner import ProfileConfig, RunOptions, execute
+    from .common import db_path, print_json
+    from ..errors import InputError
+    from ..report import render_run_summary
+    from ..runner import ProfileConfig, RunOptions, execute
 
     cmd = list(args.cmd)
     if cmd and cmd[0] == "--":
@@ -78,7 +78,7 @@ def run(args: argparse.Namespace) -> int:
                             duration_s=args.profile_duration, windows=args.profile_windows,
                             interval_s=args.profile_interval)
     tty = sys.stderr.isatty() and not args.quiet
-    opts = RunOptions(command=cmd, db=Path(_db(args)), name=args.name, hz=args.hz, profile=profile,
+    opts = RunOptions(command=cmd, db=Path(db_path(args)), name=args.name, hz=args.hz, profile=profile,
                       tokens=args.tokens, status_line=tty, analyze=not args.no_analyze,
                       replay=Path(args.replay) if args.replay else None, child_stdout_to_stderr=bool(args.json))
     progress = None if args.quiet else (lambda msg: print(f"gpuscope run: {msg}", file=sys.stderr, flush=True))

@@ -6,10 +6,9 @@ torch and duckdb are imported inside :func:`run`.
 from __future__ import annotations
 
 import argparse
-
-from .argtypes import non_negative_int
 import sys
-from pathlib import Path
+
+from .common import db_path, non_negative_int
 
 HELP = "measure achievable matmul FLOP/s and memory bandwidth (measured roofs) and store them"
 DESCRIPTION = (
@@ -53,23 +52,17 @@ def _quiet(line: str) -> None:
     pass
 
 
-def _db_path(args: argparse.Namespace) -> Path:
-    from .paths import default_db_path
-
-    return Path(args.db).expanduser() if getattr(args, "db", None) else default_db_path()
-
-
 def _short_flops(v: float) -> str:
     return f"{v / 1e12:.4g}T" if v >= 1e12 else f"{v / 1e9:.3g}G"
 
 
 def _list(args: argparse.Namespace) -> int:
-    from . import store
-    from .store.read import list_calibrations
-    from .cli import print_json
-    from .report import fmt_ns_time, table
+    from .. import store
+    from ..store.read import list_calibrations
+    from .common import print_json
+    from ..report import fmt_ns_time, table
 
-    db = _db_path(args)
+    db = db_path(args)
     cals: list[dict] = []
     if db.exists():
         con = store.connect(db, read_only=True)
@@ -96,8 +89,8 @@ def _list(args: argparse.Namespace) -> int:
 
 def run(args: argparse.Namespace) -> int:
     """Run the command; returns the exit code."""
-    from . import calibrate
-    from .errors import GpuscopeError
+    from .. import calibrate
+    from ..errors import GpuscopeError
 
     if args.list:
         return _list(args)
@@ -108,10 +101,10 @@ def run(args: argparse.Namespace) -> int:
     cal = calibrate.measure(device=args.device, dtypes=dtypes, quick=args.quick, seconds=seconds,
                             cpu=args.cpu, progress=progress)
 
-    from . import store
-    from .cli import print_json
+    from .. import store
+    from .common import print_json
 
-    db = _db_path(args)
+    db = db_path(args)
     host = store.hostname()
     con = store.connect(db)
     try:

@@ -1,0 +1,116 @@
+"""The ``gpuscope`` command line: the parser, dispatch and exit codes.
+
+One module per command (gpuscope/cli/<command>.py), each defining HELP, DESCRIPTION, NEEDS_DB,
+REPORTS, add_arguments(parser) and run(args) -> exit code, and importing only the standard
+library and cli/common.py at top level: heavy modules (duckdb, torch, textual, exporters) are
+imported inside the commands that use them, so ``gpuscope --help`` stays fast and light. No
+command module imports this one. Exit codes: 0 success, 1 a failure while working, 2 unusable
+input or arguments (one line on stderr naming the input and the problem).
+"""
+from __future__ import annotations
+
+import argparse
+import importlib
+import os
+import sys
+from collections.abc import Sequence
+
+from .. import __version__
+from ..errors import GpuscopeError, InputError, StoreError
+from ..paths import private_umask
+from .common import EXIT_FAILURE, EXIT_OK, EXIT_USAGE, _Parser
+
+# --------------------------------------------------------------------------------------------
+# parser
+# --------------------------------------------------------------------------------------------
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser of the ``gpuscope`` command."""
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--db", metavar="PATH", help="the store (default: $GPUSCOPE_DB, else a file in the user data directory)")
+    reporting = argparse.ArgumentParser(add_help=False)
+    reporting.add_argument("--json", action="store_true", help="print one JSON document on stdout instead of text")
+
+    p = _Parser(
+        prog="gpuscope",
+        description="GPU profiling and telemetry for LLM inference on NVIDIA and AMD GPUs.",
+        epilog="Every report also comes as --json. Docs: README.md and docs/ in the source tree.",
+    )
+    p.add_argument("--version", action="version", version=f"gpuscope {__version__}")
+    sub = p.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+
+    # Built in this order (argparse's "invalid choice" message lists them so), listed by --help
+    # in HELP_ORDER.
+    for name in _COMMANDS:
+        mod = importlib.import_module(f"gpuscope.cli.{name}")
+        parents = ([common] if mod.NEEDS_DB else []) + ([reporting] if mod.REPORTS else [])
+        s = sub.add_parser(name, parents=parents, help=mod.HELP, description=mod.DESCRIPTION)
+        mod.add_arguments(s)
+        s.set_defaults(func=mod.run)
+    # `gpuscope --help` lists the commands in the README's order, not in the order they are built
+    sub._choices_actions.sort(key=lambda a: HELP_ORDER.index(a.dest) if a.dest in HELP_ORDER else len(HELP_ORDER))
+    return p
+
+
+HELP_ORDER = ("run", "ingest", "analyze", "compare", "ceiling", "specs", "calibrate", "devices", "record", "runs", "sql")
+
+
+_COMMANDS = ("ingest", "analyze", "runs", "sql", "run", "compare", "specs", "ceiling", "calibrate", "devices", "record")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``gpuscope`` console script and ``python -m gpuscope``."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "func", None):
+        parser.print_help()
+        return EXIT_USAGE
+    # Everything gpuscope creates (the store and its WAL, run directories, recordings, exports,
+    # spool files) is owner-only whatever the user's umask: on a shared GPU server a run's
+    # commands, kernels and telemetry are nobody else's business. `gpuscope run` hands the
+    # user's own umask back to the command it runs (paths.user_umask()).
+    previous_umask = private_umask()
+    try:
+        return _dispatch(args)
+    finally:
+        os.umask(previous_umask)
+
+
+def _interrupted_query(exc: Exception) -> bool:
+    """Ctrl-C while DuckDB runs a query: DuckDB consumes the KeyboardInterrupt and raises a
+    plain RuntimeError ("Query interrupted") or its InterruptException instead."""
+    return type(exc).__name__ == "InterruptException" or (
+        type(exc) is RuntimeError and str(exc).startswith("Query interrupted"))
+
+
+def _dispatch(args: argparse.Namespace) -> int:
+    try:
+        return int(args.func(args) or 0)
+    except InputError as exc:
+        print(f"gpuscope {args.command}: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except StoreError as exc:
+        print(f"gpuscope {args.command}: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except GpuscopeError as exc:
+        print(f"gpuscope {args.command}: {exc}", file=sys.stderr)
+        return EXIT_FAILURE
+    except KeyboardInterrupt:
+        print(f"gpuscope {args.command}: interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:
+        return EXIT_OK
+    except Exception as exc:  # a bug: one line, traceback on request
+        if _interrupted_query(exc):
+            print(f"gpuscope {args.command}: interrupted", file=sys.stderr)
+            return 130
+        if os.environ.get("GPUSCOPE_DEBUG"):
+            raise
+        print(f"gpuscope {args.command}: internal error: {type(exc).__name__}: {exc} "
+              "(set GPUSCOPE_DEBUG=1 for the traceback)", file=sys.stderr)
+        return EXIT_FAILURE
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,151 @@
+"""What the commands share: the parser class and exit codes, argument types, the store path
+(--db), a RUN argument that may be a trace path, and printing a JSON document.
+
+Argument types refuse a value out of range in the parser, with exit 2 and one line (``--limit -1``
+must not drop the oldest run, ``--top -3`` must not print "Top 25 of 28").
+
+Imports no command module (they import this one), and only the standard library at module level
+(``gpuscope --help`` stays light).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+from ..errors import InputError
+from ..paths import default_db_path
+
+EXIT_OK = 0
+EXIT_FAILURE = 1
+EXIT_USAGE = 2
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse with gpuscope's one-line, exit-2 usage errors, and no abbreviated options
+    (``--model`` must not silently mean ``--model-bytes``)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("allow_abbrev", False)
+        super().__init__(*args, **kwargs)
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        self.exit(EXIT_USAGE, f"{self.prog}: {message} (see {self.prog} --help)\n")
+
+
+def positive_int(text: str) -> int:
+    """A whole number >= 1 (``--top``, ``--limit``, counts)."""
+    return _int(text, 1, "a whole number of at least 1")
+
+
+def non_negative_int(text: str) -> int:
+    """A whole number >= 0 (indexes, token counts)."""
+    return _int(text, 0, "a whole number of at least 0")
+
+
+def positive_float(text: str) -> float:
+    """A finite number > 0 (seconds, rates, ratios)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not math.isfinite(value) or value <= 0:
+        raise argparse.ArgumentTypeError(f"{text!r} must be a number greater than 0")
+    return value
+
+
+def _int(text: str, least: int, what: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not {what}") from None
+    if value < least:
+        raise argparse.ArgumentTypeError(f"{text} is out of range: give {what}")
+    return value
+
+
+def add_inflate_argument(parser: argparse.ArgumentParser) -> None:
+    """``--max-inflate-ratio``, for every command that ingests trace files."""
+    parser.add_argument("--max-inflate-ratio", type=positive_float, default=None, metavar="N",
+                        help="refuse a .gz trace that inflates more than N times its compressed size once past "
+                             "256 MiB (default 200; real traces inflate about 20x: a gzip bomb ~1000x)")
+
+
+def db_path(args: argparse.Namespace) -> Path:
+    """The store a command works on: --db, else $GPUSCOPE_DB, else the user data directory."""
+    return Path(args.db).expanduser() if getattr(args, "db", None) else default_db_path()
+
+
+def _json_default(o: Any) -> Any:
+    if isinstance(o, Path):
+        return str(o)
+    if hasattr(o, "item"):
+        return o.item()
+    return str(o)
+
+
+def print_json(doc: Any) -> None:
+    """Print one JSON document on stdout: indented for a terminal, compact (one line, and
+    written by the json module's C encoder, several times faster on a large report) for a
+    pipe or a file."""
+    indent = 1 if sys.stdout.isatty() else None
+    sys.stdout.write(json.dumps(doc, default=_json_default, ensure_ascii=False, indent=indent) + "\n")
+
+
+def _looks_like_path(ref: str) -> bool:
+    return os.sep in ref or ref.lower().endswith((".json", ".gz")) or Path(ref).is_dir()
+
+
+def _already_ingested(db: Path, ref: str) -> tuple[int, str] | None:
+    """The newest complete run ingested from traces with the same content as ``ref``, if any."""
+    from .. import store, trace
+
+    store.check_store_path(db)  # a --db that cannot be a store is its own error, before any work
+    if not store.store_exists(db):
+        return None
+    try:
+        digest = trace.inputs_digest(trace.expand_paths([ref]))
+    except (InputError, OSError):
+        return None  # the ingest that follows says what is wrong with it
+    con = store.connect(db, read_only=True)
+    try:
+        ref = store.read.find_ingested_run(con, digest)
+    finally:
+        con.close()
+    return (ref.id, ref.name) if ref else None
+
+
+def run_ref_or_ingest(db: Path, ref: str | None, name: str | None = None, announce: bool = False,
+                      max_inflate_ratio: float | None = None) -> str | None:
+    """A ``RUN`` argument as a run reference: a trace file or directory is ingested first and
+    its new run id returned; a path-like argument that does not exist is an InputError."""
+    return open_run_ref(db, ref, name, announce, keep_open=False, max_inflate_ratio=max_inflate_ratio)[0]
+
+
+def open_run_ref(
+    db: Path, ref: str | None, name: str | None = None, announce: bool = False, keep_open: bool = True,
+    max_inflate_ratio: float | None = None,
+) -> tuple[str | None, Any]:
+    """:func:`run_ref_or_ingest`, and with ``keep_open`` the connection that wrote an ingested
+    run (None when nothing was ingested): reading the run on it spares opening the store again."""
+    if ref is not None and Path(ref).exists() and _looks_like_path(ref):
+        from .. import trace
+
+        reused = _already_ingested(db, ref)
+        if reused is not None:
+            print(f"{ref}: already ingested as run {reused[0]} '{reused[1]}' (same content): using it "
+                  f"(gpuscope ingest makes a new run)", file=sys.stderr, flush=True)
+            return str(reused[0]), None
+
+        result = trace.ingest(db, [ref], name=name, progress=trace.stderr_progress(sys.stderr.isatty()),
+                              keep_open=keep_open, max_inflate_ratio=max_inflate_ratio or trace.MAX_INFLATE_RATIO)
+        if announce:
+            print(f"ingested {ref} as run {result.run_id} '{result.name}'", file=sys.stderr, flush=True)
+        return str(result.run_id), result.connection
+    if ref is not None and _looks_like_path(ref) and not Path(ref).exists() and os.sep in ref:
+        raise InputError(ref, "no such file or directory (and no run of that name)")
+    return ref, None

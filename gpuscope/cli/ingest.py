@@ -1,0 +1,39 @@
+"""`gpuscope ingest PATH...`: load Kineto traces (files, .gz, directories) as one run."""
+from __future__ import annotations
+
+import argparse
+import sys
+
+from .common import EXIT_OK, add_inflate_argument, db_path, print_json
+
+HELP = "load Kineto traces (files, .gz, directories) as one run"
+DESCRIPTION = ("Load PyTorch profiler (Kineto) traces as one run: files, .json.gz, or directories "
+               "(every *.json / *.json.gz inside). Several files (ranks, worker processes) make one run.")
+NEEDS_DB = True
+REPORTS = True
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Add this command's arguments to its sub-parser."""
+    parser.add_argument("paths", nargs="+", metavar="PATH", help="trace file or directory")
+    parser.add_argument("--name", help="run name (default: the first file's name)")
+    parser.add_argument("--all-ops", action="store_true",
+                        help="keep every CPU op (default: on traces with GPU activity, only ops that launched GPU work and their ancestors)")
+    parser.add_argument("-q", "--quiet", action="store_true", help="no progress lines on stderr")
+    add_inflate_argument(parser)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run the command; returns the exit code."""
+    from .. import trace
+    from ..report import render_ingest
+
+    progress = trace.stderr_progress(sys.stderr.isatty() and not args.quiet)
+    result = trace.ingest(db_path(args), args.paths, name=args.name, progress=progress, all_ops=args.all_ops,
+                          max_inflate_ratio=args.max_inflate_ratio or trace.MAX_INFLATE_RATIO)
+    doc = result.to_json()
+    if args.json:
+        print_json(doc)
+    else:
+        print(render_ingest(doc))
+    return EXIT_OK
