@@ -18,12 +18,10 @@ from dataclasses import dataclass
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from .breakdown import _json_or_none
+from .common import json_or_none
 from .families import kernel_family
 from .roofline import (
     BOUNDS,
-    LATENCY_KERNEL_US,
-    LATENCY_WORK_US,
     NO_ROOF,
     Roof,
     Verdict,
@@ -98,7 +96,7 @@ def device_roofs(con: duckdb.DuckDBPyConnection, run_id: int, roof: str = "spec"
         if forced is not None:
             spec, via, exact = forced, "--gpu", True
         else:
-            p = _json_or_none(props)
+            p = json_or_none(props)
             if source == "trace" and isinstance(p, dict) and p:
                 ident = db.identify_trace_device(p)
             else:
@@ -446,21 +444,3 @@ def _copy_verdicts(con: duckdb.DuckDBPyConnection, run_id: int, roofs: dict[int,
         }
     return result
 
-
-ROOFLINE_RULES = {
-    "latency_work_us": LATENCY_WORK_US,
-    "latency_kernel_us": LATENCY_KERNEL_US,
-    "text": (
-        "With a cost model (FLOPs and bytes from the op's shapes): roof_us = max(flops / peak_flops[dtype], "
-        "bytes / peak_bw); latency_bound if roof_us per call < latency_work_us; else compute_bound if "
-        "flops/bytes >= ridge (peak_flops[dtype] / peak_bw), else memory_bound. Without a cost model: "
-        "latency_bound if the kernel's mean duration < latency_kernel_us; else the bound its name family "
-        "suggests (confidence 'family'); else unknown. unknown also when the GPU has no roof. "
-        "pct_of_roof = roof_us / measured time; saved_us = measured time - roof_us. "
-        "Copies are judged against the link they cross: a call's host<->device copies add "
-        "host_bytes / host_link_bw (one direction of the PCIe or NVLink-C2C link) to the max, and "
-        "make it memory-bound on the host link (link 'host_link') when that term is the largest; "
-        "memcpy activities are judged on their own: host<->device against the host link, "
-        "device-to-device against device memory (2 x bytes), memsets against device memory."
-    ),
-}

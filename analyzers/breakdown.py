@@ -18,12 +18,15 @@ sub-microsecond precision, and CPU ops are never counted as GPU time.
 """
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from ..kernel_names import category_sql
+from .advice import advise
+from .attribution import attribute, device_roofs
+from .common import json_or_none
+from .roofline import BOUNDS, ROOFLINE_RULES
 from .scope import counted_kernels, graph_capture_exclusions
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -31,7 +34,6 @@ if TYPE_CHECKING:  # pragma: no cover
 
 SCHEMA = "gpuscope.analysis/1"
 CATEGORIES = ("compute", "communication", "memory")
-BOUNDS = ("compute_bound", "memory_bound", "latency_bound", "unknown")
 
 
 @dataclass(frozen=True)
@@ -93,15 +95,6 @@ def time_breakdown(per_device: list[DeviceBreakdown]) -> dict[str, float]:
         "memory": sum(d.memory_us for d in per_device),
         "idle": sum(d.idle_us for d in per_device),
     }
-
-
-def _json_or_none(text: str | None) -> Any:
-    if text is None:
-        return None
-    try:
-        return json.loads(text)
-    except ValueError:
-        return text
 
 
 def kernel_table(con: duckdb.DuckDBPyConnection, run_id: int, limit: int | None = None,
@@ -179,8 +172,8 @@ def _op_rows(con: duckdb.DuckDBPyConnection, run_id: int, gpu: bool, limit: int 
         out.append(((name, dims, types), {
             "_concrete": concrete,  # scalar arguments, for the cost model only (popped by _merge_ops)
             "name": name,
-            "input_dims": _json_or_none(dims),
-            "input_types": _json_or_none(types),
+            "input_dims": json_or_none(dims),
+            "input_types": json_or_none(types),
             "count": int(count),
             "flops": None,
             "bytes": None,
@@ -250,15 +243,12 @@ def analyze_run(con: duckdb.DuckDBPyConnection, run_id: int, top: int | None = N
     model, else the spec); ``gpu`` overrides GPU identification with a spec key or name;
     ``specs_path`` is a user spec file (default ``$GPUSCOPE_SPECS``).
     """
-    from .advice import advise
-    from .attribution import ROOFLINE_RULES, attribute, device_roofs
-
     run = con.execute(
         "SELECT id, name, status, source, started_ns, ended_ns, info FROM runs WHERE id = ?", [run_id]
     ).fetchone()
     if run is None:
         raise KeyError(run_id)
-    info = _json_or_none(run[6]) or {}
+    info = json_or_none(run[6]) or {}
     roofs = device_roofs(con, run_id, roof=roof, gpu=gpu, specs_path=specs_path)
     excluded = graph_capture_exclusions(con, run_id)
     skip = [e["trace_id"] for e in excluded]

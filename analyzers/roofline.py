@@ -246,3 +246,23 @@ def classify_by_name(mean_us: float, family: str, bound_hint: str | None, family
     if bound_hint is not None:
         return Verdict(bound_hint, "family", f"no cost model; {family} kernel ({family_reason})")
     return Verdict("unknown", "none", f"no cost model and no bound for the {family} family ({family_reason})")
+
+
+#: The rules above as data, for the ``roofline.rules`` block of ``analyze --json``.
+ROOFLINE_RULES = {
+    "latency_work_us": LATENCY_WORK_US,
+    "latency_kernel_us": LATENCY_KERNEL_US,
+    "text": (
+        "With a cost model (FLOPs and bytes from the op's shapes): roof_us = max(flops / peak_flops[dtype], "
+        "bytes / peak_bw); latency_bound if roof_us per call < latency_work_us; else compute_bound if "
+        "flops/bytes >= ridge (peak_flops[dtype] / peak_bw), else memory_bound. Without a cost model: "
+        "latency_bound if the kernel's mean duration < latency_kernel_us; else the bound its name family "
+        "suggests (confidence 'family'); else unknown. unknown also when the GPU has no roof. "
+        "pct_of_roof = roof_us / measured time; saved_us = measured time - roof_us. "
+        "Copies are judged against the link they cross: a call's host<->device copies add "
+        "host_bytes / host_link_bw (one direction of the PCIe or NVLink-C2C link) to the max, and "
+        "make it memory-bound on the host link (link 'host_link') when that term is the largest; "
+        "memcpy activities are judged on their own: host<->device against the host link, "
+        "device-to-device against device memory (2 x bytes), memsets against device memory."
+    ),
+}
