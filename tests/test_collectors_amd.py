@@ -14,10 +14,10 @@ from fakes.fake_amdsmi import FakeAmdSmi, FakeAmdSmiCli
 from gpuscope.collectors import AmdCollector, CollectorUnavailable
 from gpuscope.collectors.amd import (
     AmdSmiCliCollector,
-    gfx_to_capability,
     import_amdsmi,
     parse_amd_smi_metric,
 )
+from gpuscope.collectors.amd_values import gfx_to_capability
 from gpuscope.collectors.base import plausible_celsius
 from gpuscope.metrics import GPU_METRIC_NAMES
 
@@ -158,7 +158,7 @@ def test_import_survives_the_pypi_wheel_keyerror_and_finds_rocms_copy(tmp_path, 
     mod, backend, reasons = import_amdsmi([str(tmp_path / "nowhere*")])
     assert mod is None and reasons[-1] == f"no ROCm copy under {tmp_path / 'nowhere*'}"
     sys.modules.pop("amdsmi", None)
-    monkeypatch.setattr("gpuscope.collectors.amd.find_amd_smi", lambda: None)
+    monkeypatch.setattr("gpuscope.collectors.amd_smi_cli.find_amd_smi", lambda: None)
     with pytest.raises(CollectorUnavailable) as e:
         AmdCollector(rocm_globs=[str(tmp_path / "nowhere*")]).open()
     assert e.value.reason.startswith("amdsmi not importable (amdsmi installed but its library is missing")
@@ -276,7 +276,7 @@ def _fake_amd_smi(tmp_path: Path, metric: str, static: str | None = None) -> str
 
 
 def _cli_collector(exe: str) -> AmdSmiCliCollector:
-    from gpuscope.collectors.amd import _default_runner
+    from gpuscope.collectors.amd_smi_cli import _default_runner
 
     return AmdSmiCliCollector(_default_runner(exe), threaded=False)
 
@@ -330,8 +330,8 @@ def test_failing_cli_names_the_line_that_says_why(tmp_path: Path, name: str, rea
 def _amd_device_via_cli(tmp_path: Path, monkeypatch, output: str) -> dict:
     """`gpuscope devices --json` on a machine whose only AMD source is an amd-smi printing ``output``."""
     exe = _fake_amd_smi(tmp_path, output)
-    monkeypatch.setattr("gpuscope.collectors.amd.find_amd_smi", lambda: exe)
-    monkeypatch.setattr("gpuscope.collectors.amd.import_amdsmi", lambda *a, **k: (None, "amdsmi not importable", []))
+    monkeypatch.setattr("gpuscope.collectors.amd_smi_cli.find_amd_smi", lambda: exe)
+    monkeypatch.setattr("gpuscope.collectors.amd_smi_api.import_amdsmi", lambda *a, **k: (None, "amdsmi not importable", []))
     monkeypatch.setitem(sys.modules, "pynvml", None)
     r = run_cli("devices", "--json")
     assert r.code == 0, r.err

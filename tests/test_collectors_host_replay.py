@@ -146,8 +146,8 @@ def test_writer_roundtrip_gz_and_truncated_tail(tmp_path: Path) -> None:
 
 def test_record_command_host_only(tmp_path: Path, monkeypatch) -> None:
     monkeypatch.setitem(sys.modules, "pynvml", None)  # no NVIDIA here, whatever the machine has
-    monkeypatch.setattr("gpuscope.collectors.amd.DEFAULT_ROCM_GLOBS", ("/nonexistent*",))
-    monkeypatch.setattr("gpuscope.collectors.amd.find_amd_smi", lambda: None)
+    monkeypatch.setattr("gpuscope.collectors.amd_smi_api.DEFAULT_ROCM_GLOBS", ("/nonexistent*",))
+    monkeypatch.setattr("gpuscope.collectors.amd_smi_cli.find_amd_smi", lambda: None)
     out = tmp_path / "host.jsonl.gz"
     r = run_cli("record", "--seconds", "0.4", "--interval", "0.05", "--out", out, "--pid", os.getpid(), "--json")
     assert r.code == 0, r.err

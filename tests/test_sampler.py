@@ -302,8 +302,8 @@ def test_migration_from_schema_2_adds_the_new_columns(tmp_path: Path, monkeypatc
 
 def test_devices_without_any_gpu_explains_itself(monkeypatch) -> None:
     monkeypatch.setitem(sys.modules, "pynvml", None)
-    monkeypatch.setattr("gpuscope.collectors.amd.DEFAULT_ROCM_GLOBS", ("/nonexistent*",))
-    monkeypatch.setattr("gpuscope.collectors.amd.find_amd_smi", lambda: None)
+    monkeypatch.setattr("gpuscope.collectors.amd_smi_api.DEFAULT_ROCM_GLOBS", ("/nonexistent*",))
+    monkeypatch.setattr("gpuscope.collectors.amd_smi_cli.find_amd_smi", lambda: None)
     r = run_cli("devices", "--json")
     assert r.code == 0 and r.err == ""
     doc = r.json()
@@ -448,8 +448,8 @@ def test_recordings_carry_the_reserved_memory_and_old_ones_replay_it_as_null(db:
 
 
 def test_devices_says_which_memory_query_it_uses(monkeypatch) -> None:
-    monkeypatch.setattr("gpuscope.collectors.amd.DEFAULT_ROCM_GLOBS", ("/nonexistent*",))
-    monkeypatch.setattr("gpuscope.collectors.amd.find_amd_smi", lambda: None)
+    monkeypatch.setattr("gpuscope.collectors.amd_smi_api.DEFAULT_ROCM_GLOBS", ("/nonexistent*",))
+    monkeypatch.setattr("gpuscope.collectors.amd_smi_cli.find_amd_smi", lambda: None)
     monkeypatch.setitem(sys.modules, "pynvml", FakeNvml("nvml_h100x8_nvsmi_dump.json"))
     r = run_cli("devices", "--json")
     assert r.code == 0, r.err

@@ -1,0 +1,492 @@
+"""AMD telemetry through the ``amdsmi`` Python API (:class:`AmdSmiCollector`).
+
+The module is found as ``import amdsmi`` (the PyPI wheel or a pip-installed ROCm copy; the PyPI
+wheel carries no library: without ROCm its import prints to stdout and raises
+``KeyError('libamd_smi.so')``, so the import is silenced and any exception caught), else as ROCm's
+own copy, ``/opt/rocm*/share/amd_smi`` (newest first), put on ``sys.path`` for the import only.
+
+One ``amdsmi_get_gpu_metrics_info`` call per tick gives gfx and memory-controller (umc) activity,
+socket power, the energy accumulator, temperatures, clocks, throttle status, PCIe bandwidth and
+XGMI counters, stamped by the firmware clock. Memory use, the power cap and the watched processes
+come from their own calls (the last two at most once a second). Compute partitions (DPX/CPX on
+MI300) appear as one device each, kind ``partition``. Every value is checked by range.
+"""
+from __future__ import annotations
+
+import contextlib
+import glob
+import io
+import os
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from types import ModuleType
+from typing import Any
+
+from .amd_values import _KIB, _NO_RESERVED, _mhz, _num, _nums, _power_cap_w, _str, _try, _watts, gfx_to_capability
+from .base import (
+    GPU_METRIC_NAMES,
+    Collector,
+    CollectorUnavailable,
+    DeviceInfo,
+    ProcessSample,
+    Sample,
+    VendorStatus,
+    now_ns,
+    percent_to_ratio,
+    plausible_celsius,
+)
+
+DEFAULT_ROCM_GLOBS: tuple[str, ...] = ("/opt/rocm*/share/amd_smi",)
+INSTALL_HINT = "pip install 'gpuscope[amd]' (needs ROCm's libamd_smi.so)"
+
+# amdsmi status codes (AmdSmiLibraryException.err_code)
+_NOT_SUPPORTED = 2
+_NO_PERM = 10
+_INIT_ERROR = 18
+_NOT_FOUND = 31
+_NOT_INIT = 32
+_DRIVER_NOT_LOADED = 34
+_FILE_NOT_FOUND = 52
+#: codes after which the device is taken as gone (its sysfs node vanished) (unverified on hardware)
+_LOST_CODES = frozenset({_FILE_NOT_FOUND})
+_PERMANENT_CODES = frozenset({_NOT_SUPPORTED, _NO_PERM})
+
+_ENERGY_RESOLUTION_UJ = 15.259  # 2**-16 J, the usual energy_accumulator tick
+
+
+# ------------------------------------------------------------------------------------------
+# import
+# ------------------------------------------------------------------------------------------
+
+
+def _describe_import_error(exc: BaseException) -> str:
+    if isinstance(exc, ModuleNotFoundError) and (exc.name or "").split(".")[0] == "amdsmi":
+        return "amdsmi not installed"
+    if isinstance(exc, KeyError):
+        return f"amdsmi installed but its library is missing (KeyError {exc}: no ROCm)"
+    if isinstance(exc, OSError):
+        return f"amdsmi cannot load libamd_smi.so ({exc})"
+    if isinstance(exc, AttributeError):
+        return f"amdsmi does not match the installed ROCm ({exc})"
+    return f"amdsmi failed to import ({type(exc).__name__}: {exc})"
+
+
+def _purge_amdsmi_modules() -> None:
+    for name in [m for m in sys.modules if m == "amdsmi" or m.startswith("amdsmi.")]:
+        del sys.modules[name]
+
+
+def _quiet_import() -> ModuleType:
+    # The PyPI wheel prints "Unable to find libamd_smi.so ..." to stdout before raising, which
+    # would corrupt `--json` output: swallow it.
+    with contextlib.redirect_stdout(io.StringIO()):
+        import amdsmi  # type: ignore[import-not-found]
+    return amdsmi
+
+
+def import_amdsmi(rocm_globs: Sequence[str] = DEFAULT_ROCM_GLOBS) -> tuple[ModuleType | None, str | None, list[str]]:
+    """Import ``amdsmi``: the installed one, else ROCm's own copy under ``rocm_globs``.
+
+    Returns ``(module, backend, reasons)``: the module and where it came from, or None and
+    the reason each try failed."""
+    reasons: list[str] = []
+    try:
+        return _quiet_import(), "amdsmi", reasons
+    except Exception as exc:
+        reasons.append(_describe_import_error(exc))
+        _purge_amdsmi_modules()
+    roots = sorted({p for g in rocm_globs for p in glob.glob(g)}, reverse=True)
+    tried = False
+    for root in roots:
+        if not os.path.isfile(os.path.join(root, "amdsmi", "__init__.py")):
+            continue
+        tried = True
+        sys.path.insert(0, root)
+        try:
+            mod = _quiet_import()
+            return mod, f"amdsmi ({root})", reasons
+        except Exception as exc:
+            reasons.append(f"{root}: {_describe_import_error(exc)}")
+            _purge_amdsmi_modules()
+        finally:
+            with contextlib.suppress(ValueError):
+                sys.path.remove(root)
+    if not tried:
+        reasons.append("no ROCm copy under " + ", ".join(rocm_globs))
+    return None, None, reasons
+
+
+def amdsmi_error_reason(exc: BaseException) -> str:
+    """A user-facing reason for an amdsmi exception."""
+    code = getattr(exc, "err_code", None)
+    if code is None and hasattr(exc, "get_error_code"):
+        with contextlib.suppress(Exception):
+            code = exc.get_error_code()
+    if isinstance(code, int):
+        code = abs(code)
+    if code == _NOT_SUPPORTED:
+        return "not supported by this GPU"
+    if code == _NO_PERM:
+        return "no permission (run as root or join the render/video group)"
+    if code == _DRIVER_NOT_LOADED:
+        return "amdgpu driver not loaded"
+    if code in (_INIT_ERROR, _NOT_INIT):
+        return "amdsmi could not initialise (amdgpu driver not loaded?)"
+    if code == _FILE_NOT_FOUND:
+        return "device files gone (GPU lost?)"
+    info = getattr(exc, "err_info", None)
+    if info:
+        return f"amdsmi error {code}: {info}"
+    return f"{type(exc).__name__}: {exc}".strip()
+
+
+def _code(exc: BaseException) -> int | None:
+    code = getattr(exc, "err_code", None)
+    return abs(code) if isinstance(code, int) else None
+
+
+# ------------------------------------------------------------------------------------------
+# amdsmi Python API
+# ------------------------------------------------------------------------------------------
+
+
+@dataclass
+class _AmdGpu:
+    info: DeviceInfo
+    handle: Any
+    energy_res_uj: float = _ENERGY_RESOLUTION_UJ
+    metrics_ok: bool = True
+    mem_usage: bool = True
+    power_cap_last: float = -1e18
+    power_cap: bool = True
+    procs: bool = True
+    procs_last: float = -1e18
+    proc_gfx_ns: dict[int, tuple[int, int]] = field(default_factory=dict)  # pid -> (engine ns, ts ns)
+    fw_anchor: tuple[int, float] | None = None  # (host ns, firmware ns)
+    xgmi: dict[str, tuple[float, int]] = field(default_factory=dict)
+    lost: bool = False
+
+
+class AmdSmiCollector(Collector):
+    """AMD GPUs through the ``amdsmi`` Python API (``amdsmi`` injects a module, e.g. a fake)."""
+
+    source = "amd"
+    min_interval_s = 0.01
+
+    def __init__(self, amdsmi: ModuleType | Any | None = None, *, rocm_globs: Sequence[str] | None = None,
+                 process_interval_s: float = 1.0) -> None:
+        super().__init__()
+        self._mod_override = amdsmi
+        self.rocm_globs = tuple(rocm_globs) if rocm_globs is not None else None
+        self.process_interval_s = process_interval_s
+        self.api: Any = None
+        self.backend: str | None = None
+        self.import_reasons: list[str] = []
+        self._gpus: list[_AmdGpu] = []
+        self._pids: frozenset[int] = frozenset()
+        self._initialised = False
+
+    def _open(self) -> list[DeviceInfo]:
+        if self._mod_override is not None:
+            api, backend = self._mod_override, "amdsmi"
+        else:
+            api, backend, self.import_reasons = import_amdsmi(
+                self.rocm_globs if self.rocm_globs is not None else DEFAULT_ROCM_GLOBS)
+            if api is None:
+                raise CollectorUnavailable("amd", "amdsmi not importable (" + "; ".join(self.import_reasons) + ")")
+        self.api, self.backend = api, backend
+        try:
+            flags = getattr(getattr(api, "AmdSmiInitFlags", None), "INIT_AMD_GPUS", None)
+            api.amdsmi_init(flags) if flags is not None else api.amdsmi_init()
+        except Exception as exc:
+            raise CollectorUnavailable("amd", f"amdsmi_init failed: {amdsmi_error_reason(exc)}") from None
+        self._initialised = True
+        try:
+            handles = list(api.amdsmi_get_processor_handles())
+        except Exception as exc:
+            self._shutdown()
+            raise CollectorUnavailable("amd", f"amdsmi lists no GPUs: {amdsmi_error_reason(exc)}") from None
+        if not handles:
+            self._shutdown()
+            raise CollectorUnavailable("amd", "amdsmi found no AMD GPU (driver loaded, 0 devices)")
+        serial_to_phys: dict[str, int] = {}
+        for i, h in enumerate(handles):
+            g = self._open_gpu(i, h, serial_to_phys)
+            self._gpus.append(g)
+        self.status = VendorStatus("amd", True, backend, details={"gpus": len(handles)})
+        return [g.info for g in self._gpus]
+
+    def _open_gpu(self, i: int, h: Any, serial_to_phys: dict[str, int]) -> _AmdGpu:
+        api = self.api
+        info = DeviceInfo(key=f"gpu{i}", vendor="amd", index=i, warp_size=64)
+        asic = _try(lambda: api.amdsmi_get_gpu_asic_info(h)) or {}
+        name = asic.get("market_name")
+        info.name = name if isinstance(name, str) and name not in ("", "N/A") else None
+        dev_id = asic.get("device_id")
+        if isinstance(dev_id, int):
+            dev_id = f"0x{dev_id:04x}"
+        info.pci_device_id = dev_id.lower() if isinstance(dev_id, str) and dev_id != "N/A" else None
+        cus = _num(asic.get("num_compute_units"))
+        info.num_sms = int(cus) if cus else None
+        target = asic.get("target_graphics_version")
+        target = target if isinstance(target, str) and target != "N/A" else None
+        info.compute_capability = gfx_to_capability(target)
+        info.pci_bus_id = _str(_try(lambda: api.amdsmi_get_gpu_device_bdf(h)))
+        info.uuid = _str(_try(lambda: api.amdsmi_get_gpu_device_uuid(h)))
+        vram_type = getattr(getattr(api, "AmdSmiMemoryType", None), "VRAM", 0)
+        total = _try(lambda: api.amdsmi_get_gpu_memory_total(h, vram_type))
+        info.memory_total_bytes = int(total) if isinstance(total, (int, float)) and total > 0 else None
+        cpart = _str(_try(lambda: api.amdsmi_get_gpu_compute_partition(h)))
+        mpart = _str(_try(lambda: api.amdsmi_get_gpu_memory_partition(h)))
+        serial = asic.get("asic_serial")
+        serial = serial if isinstance(serial, str) and serial not in ("", "N/A") else f"#{i}"
+        phys = serial_to_phys.setdefault(serial, len(serial_to_phys))
+        if cpart and cpart.upper() not in ("SPX", "N/A"):
+            info.kind = "partition"
+        info.properties.update({"gfx_target": target, "compute_partition": cpart, "memory_partition": mpart,
+                                "physical_gpu": phys, "backend": self.backend})
+        g = _AmdGpu(info=info, handle=h)
+        energy = _try(lambda: api.amdsmi_get_energy_count(h)) or {}
+        res = _num(energy.get("counter_resolution"))
+        if res and 0 < res < 1e6:
+            g.energy_res_uj = res
+        self._probe(g)
+        return g
+
+    def _probe(self, g: _AmdGpu) -> None:
+        api, h, info = self.api, g.handle, g.info
+        supported: set[str] = set()
+        unsupported: dict[str, str] = {}
+        try:
+            gm = api.amdsmi_get_gpu_metrics_info(h)
+            values = self._from_metrics(g, gm, now_ns(), probe=True)
+            values.pop("_ts", None)
+            supported |= {k for k, v in values.items() if v is not None}
+            for k, v in values.items():
+                if v is None:
+                    unsupported[k] = "not reported by this GPU (N/A in gpu_metrics)"
+            info.properties["gpu_metrics_version"] = (
+                f"{gm.get('common_header.format_revision')}.{gm.get('common_header.content_revision')}")
+        except Exception as exc:
+            g.metrics_ok = False
+            reason = amdsmi_error_reason(exc)
+            for m in ("gpu_util", "mem_util", "power_w", "power_instant_w", "energy_j", "temp_c", "mem_temp_c",
+                      "sm_clock_mhz", "mem_clock_mhz", "throttle_reasons", "pcie_bytes_per_s",
+                      "xgmi_nvlink_tx_bytes_per_s", "xgmi_nvlink_rx_bytes_per_s"):
+                unsupported[m] = f"gpu_metrics: {reason}"
+        try:
+            supported |= {k for k, v in self._mem(g).items() if v is not None}
+        except Exception as exc:
+            g.mem_usage = False
+            unsupported["mem_used_bytes"] = amdsmi_error_reason(exc)
+        if info.memory_total_bytes:
+            supported.add("mem_total_bytes")
+        try:
+            if self._power_cap(g) is not None:
+                supported.add("power_limit_w")
+        except Exception as exc:
+            g.power_cap = False
+            unsupported["power_limit_w"] = amdsmi_error_reason(exc)
+        try:
+            api.amdsmi_get_gpu_process_list(h)
+            supported |= {"proc_gpu_mem_bytes", "proc_gpu_util"}
+        except Exception as exc:
+            g.procs = False
+            unsupported["proc_gpu_mem_bytes"] = unsupported["proc_gpu_util"] = amdsmi_error_reason(exc)
+        not_exposed = "not exposed by amdsmi (needs rocprofiler counters)"
+        for m in ("sm_active", "sm_occupancy", "tensor_active", "dram_bw_util"):
+            unsupported[m] = not_exposed
+        unsupported.setdefault("pcie_tx_bytes_per_s", "amdsmi gives PCIe bandwidth only for both directions (pcie_bytes_per_s)")
+        unsupported.setdefault("pcie_rx_bytes_per_s", unsupported["pcie_tx_bytes_per_s"])
+        unsupported.setdefault("fan_speed", "no fan speed ratio in amdsmi gpu_metrics (RPM only)")
+        unsupported.setdefault("mem_reserved_bytes", _NO_RESERVED)
+        info.supported = tuple(m for m in GPU_METRIC_NAMES if m in supported)
+        info.unsupported = {m: unsupported.get(m, "not supported by this GPU")
+                            for m in GPU_METRIC_NAMES if m not in supported}
+
+    # -- conversions -------------------------------------------------------------------
+    def _from_metrics(self, g: _AmdGpu, gm: dict[str, Any], read_ns: int, probe: bool = False) -> dict[str, Any]:
+        v: dict[str, Any] = {}
+        v["gpu_util"] = percent_to_ratio(_num(gm.get("average_gfx_activity")))
+        v["mem_util"] = percent_to_ratio(_num(gm.get("average_umc_activity")))
+        avg, cur = _watts(gm.get("average_socket_power")), _watts(gm.get("current_socket_power"))
+        v["power_w"] = avg if avg is not None else cur
+        v["power_instant_w"] = cur
+        acc = _num(gm.get("energy_accumulator"))
+        v["energy_j"] = acc * g.energy_res_uj * 1e-6 if acc is not None else None
+        hot = plausible_celsius(_num(gm.get("temperature_hotspot")))
+        v["temp_c"] = hot if hot is not None else plausible_celsius(_num(gm.get("temperature_edge")))
+        mem_t = plausible_celsius(_num(gm.get("temperature_mem")))
+        if mem_t is None:
+            hbm = [t for t in (plausible_celsius(x) for x in _nums(gm.get("temperature_hbm"))) if t is not None]
+            mem_t = max(hbm) if hbm else None
+        v["mem_temp_c"] = mem_t
+        gfx = _mhz(gm.get("current_gfxclk"))
+        if gfx is None:
+            clks = [c for c in (_mhz(x) for x in _nums(gm.get("current_gfxclks"))) if c is not None]
+            gfx = sum(clks) / len(clks) if clks else _mhz(gm.get("average_gfxclk_frequency"))
+        v["sm_clock_mhz"] = gfx
+        uclk = _mhz(gm.get("current_uclk"))
+        v["mem_clock_mhz"] = uclk if uclk is not None else _mhz(gm.get("average_uclk_frequency"))
+        thr = gm.get("indep_throttle_status")
+        if _num(thr) is None:
+            thr = gm.get("throttle_status")
+        t = _num(thr)
+        v["throttle_reasons"] = int(t) if t is not None and t >= 0 else None
+        bw = _num(gm.get("pcie_bandwidth_inst"))  # GB/s
+        v["pcie_bytes_per_s"] = bw * 1e9 if bw is not None and bw >= 0 else None
+        ts = self._fw_time(g, gm, read_ns)
+        for name, key in (("xgmi_nvlink_tx_bytes_per_s", "xgmi_write_data_acc"),
+                          ("xgmi_nvlink_rx_bytes_per_s", "xgmi_read_data_acc")):
+            acc_kb = _nums(gm.get(key))
+            if not acc_kb:
+                v[name] = None
+                continue
+            total = sum(acc_kb) * _KIB
+            prev = g.xgmi.get(name)
+            g.xgmi[name] = (total, ts)
+            rate = None
+            if prev is not None and ts > prev[1] and total >= prev[0]:
+                rate = (total - prev[0]) / ((ts - prev[1]) / 1e9)
+            # at probe time there is no previous reading: the counter exists, so it is supported
+            v[name] = 0.0 if probe and rate is None else rate
+        v["_ts"] = ts
+        return v
+
+    def _fw_time(self, g: _AmdGpu, gm: dict[str, Any], read_ns: int) -> int:
+        """Epoch ns for this reading from the firmware timestamp (10 ns ticks), anchored to the
+        host clock at the first reading; the host clock when there is none or it drifts."""
+        fw = _num(gm.get("firmware_timestamp"))
+        if fw is None:
+            return read_ns
+        fw_ns = fw * 10.0
+        if g.fw_anchor is None:
+            g.fw_anchor = (read_ns, fw_ns)
+            return read_ns
+        ts = int(g.fw_anchor[0] + (fw_ns - g.fw_anchor[1]))
+        if abs(ts - read_ns) > 1_000_000_000:  # firmware reset or a different clock: start over
+            self._degrade(g.info.key, None, "firmware timestamp jumped; re-anchored to the host clock", phase="clock")
+            g.fw_anchor = (read_ns, fw_ns)
+            return read_ns
+        return ts
+
+    def _mem(self, g: _AmdGpu) -> dict[str, int | None]:
+        api = self.api
+        vram_type = getattr(getattr(api, "AmdSmiMemoryType", None), "VRAM", 0)
+        used = api.amdsmi_get_gpu_memory_usage(g.handle, vram_type)  # bytes
+        return {"mem_used_bytes": int(used) if isinstance(used, (int, float)) and used >= 0 else None}
+
+    def _power_cap(self, g: _AmdGpu) -> float | None:
+        cap = self.api.amdsmi_get_power_cap_info(g.handle)
+        return _power_cap_w(cap.get("power_cap"))
+
+    # -- sampling ----------------------------------------------------------------------
+    def set_pids(self, pids: set[int] | frozenset[int]) -> None:
+        self._pids = frozenset(pids)
+
+    def sample(self) -> list[Sample]:
+        out: list[Sample] = []
+        for g in self._gpus:
+            if g.lost:
+                continue
+            s = self._sample_gpu(g)
+            if s.lost:
+                g.lost = g.info.lost = True
+            out.append(s)
+        return out
+
+    def _failed(self, g: _AmdGpu, what: str, exc: BaseException) -> bool | None:
+        """Report a failed read once; None when the device is lost, True when the read should
+        stop for good."""
+        if _code(exc) in _LOST_CODES:
+            self._degrade(g.info.key, None, f"{amdsmi_error_reason(exc)}: marked lost, no more samples from it",
+                          phase="lost")
+            return None
+        self._degrade(g.info.key, what, amdsmi_error_reason(exc))
+        return _code(exc) in _PERMANENT_CODES
+
+    def _sample_gpu(self, g: _AmdGpu) -> Sample:
+        api, h, key = self.api, g.handle, g.info.key
+        read_ns = now_ns()
+        mono = time.monotonic()
+        values: dict[str, Any] = {}
+        ts = read_ns
+        if g.metrics_ok:
+            try:
+                values = self._from_metrics(g, api.amdsmi_get_gpu_metrics_info(h), read_ns)
+                ts = values.pop("_ts", read_ns)
+            except Exception as exc:
+                r = self._failed(g, "gpu_metrics", exc)
+                if r is None:
+                    return Sample(key, read_ns, {}, lost=True)
+                g.metrics_ok = not r
+        if g.mem_usage:
+            try:
+                values.update(self._mem(g))
+            except Exception as exc:
+                r = self._failed(g, "mem_used_bytes", exc)
+                if r is None:
+                    return Sample(key, read_ns, {}, lost=True)
+                g.mem_usage = not r
+        if g.info.memory_total_bytes:
+            values["mem_total_bytes"] = g.info.memory_total_bytes
+        if g.power_cap and mono - g.power_cap_last >= 1.0:
+            g.power_cap_last = mono
+            try:
+                values["power_limit_w"] = self._power_cap(g)
+            except Exception as exc:
+                g.power_cap = not self._failed(g, "power_limit_w", exc)
+        procs: tuple[ProcessSample, ...] = ()
+        if g.procs and self._pids and mono - g.procs_last >= self.process_interval_s:
+            g.procs_last = mono
+            try:
+                plist = api.amdsmi_get_gpu_process_list(h)
+                procs = self._processes(g, plist, int(ts))
+                mems = [p.gpu_mem_bytes for p in procs if p.gpu_mem_bytes is not None]
+                utils = [p.gpu_util for p in procs if p.gpu_util is not None]
+                values["proc_gpu_mem_bytes"] = sum(mems) if mems else (0 if not procs else None)
+                values["proc_gpu_util"] = min(sum(utils), 1.0) if utils else (0.0 if not procs else None)
+            except Exception as exc:
+                g.procs = not self._failed(g, "processes", exc)
+        return Sample(key, int(ts), values, processes=procs)
+
+    def _processes(self, g: _AmdGpu, plist: list[Any], read_ns: int) -> tuple[ProcessSample, ...]:
+        # read_ns: the reading's time (firmware-stamped where possible), for engine-time rates
+        out = []
+        seen: dict[int, tuple[int, int]] = {}
+        for p in plist or []:
+            if not isinstance(p, dict):
+                continue
+            pid = p.get("pid")
+            if not isinstance(pid, int) or pid not in self._pids:
+                continue
+            mu = p.get("memory_usage") or {}
+            vram = _num(mu.get("vram_mem")) if isinstance(mu, dict) else None
+            if vram is None:
+                vram = _num(p.get("mem"))
+            eu = p.get("engine_usage") or {}
+            gfx_ns = _num(eu.get("gfx")) if isinstance(eu, dict) else None
+            util = None
+            if gfx_ns is not None:
+                seen[pid] = (int(gfx_ns), read_ns)
+                prev = g.proc_gfx_ns.get(pid)
+                # engine_usage is cumulative engine time in ns: the rate is the utilisation
+                if prev is not None and read_ns > prev[1] and gfx_ns >= prev[0]:
+                    util = min((gfx_ns - prev[0]) / (read_ns - prev[1]), 1.0)
+            name = p.get("name")
+            out.append(ProcessSample(pid=pid, gpu_mem_bytes=int(vram) if vram is not None else None, gpu_util=util,
+                                     name=name if isinstance(name, str) and name != "N/A" else None))
+        g.proc_gfx_ns = seen
+        return tuple(out)
+
+    def _close(self) -> None:
+        self._gpus = []
+        self._shutdown()
+
+    def _shutdown(self) -> None:
+        if self._initialised:
+            self._initialised = False
+            with contextlib.suppress(Exception):
+                self.api.amdsmi_shut_down()
