@@ -26,10 +26,18 @@ from typing import Any
 
 from ..errors import InputError
 from ..specs import DTYPES, GpuSpec, SpecDB, normalize_dtype
+from .common import ParameterError
 
 __all__ = [
     "BYTES_PER_PARAM",
+    "PARAMETERS",
     "CeilingResult",
+    "Claim",
+    "DecodeQuery",
+    "Decoding",
+    "KVCache",
+    "Model",
+    "ParameterError",
     "bytes_per_param",
     "decode_ceiling",
     "default_compute_dtype",
@@ -38,7 +46,7 @@ __all__ = [
     "parse_count",
 ]
 
-#: Bytes per parameter (or per KV element) of the dtypes ``--dtype`` / ``--kv-dtype`` accept.
+#: Bytes per parameter (or per KV element) of the weight and KV-cache dtypes a query may name.
 BYTES_PER_PARAM: dict[str, float] = {"fp32": 4.0, "fp16": 2.0, "bf16": 2.0, "fp8": 1.0, "int8": 1.0,
                                      "int4": 0.5, "fp4": 0.5}
 
@@ -82,14 +90,17 @@ def parse_bytes(text: str | float | int, what: str = "bytes") -> float:
     return parse_count(text, what)
 
 
-def bytes_per_param(dtype: str, what: str = "--dtype") -> tuple[str, float]:
-    """(canonical dtype, bytes per element) for fp32/fp16/bf16/fp8/int8/int4/fp4 and their usual spellings."""
+def bytes_per_param(dtype: str, parameter: str = "dtype") -> tuple[str, float]:
+    """(canonical dtype, bytes per element) for fp32/fp16/bf16/fp8/int8/int4/fp4 and their usual spellings.
+
+    Raises :class:`ParameterError` naming ``parameter`` for any other dtype."""
     d = str(dtype).strip().lower()
     canon = d if d in BYTES_PER_PARAM else {"uint4": "int4", "nf4": "int4", "q4": "int4", "w4a16": "int4"}.get(d)
     if canon is None:
         canon = normalize_dtype(d)
     if canon not in BYTES_PER_PARAM:
-        raise InputError(what, f"unknown dtype '{dtype}' (one of {', '.join(BYTES_PER_PARAM)})")
+        raise ParameterError(parameter, "unknown dtype '{value}' (one of {known})",
+                             {"value": dtype, "known": ", ".join(BYTES_PER_PARAM)})
     return canon, BYTES_PER_PARAM[canon]
 
 
@@ -257,67 +268,119 @@ def _realistic(spec: GpuSpec, db: SpecDB | None, bytes_per_step: float, num_gpus
     }
 
 
-def decode_ceiling(
-    spec: GpuSpec,
-    *,
-    params: float | None = None,
-    dtype: str | None = None,
-    model_bytes: float | None = None,
-    batch: int = 1,
-    context: int = 0,
-    kv_bytes_per_token_given: float | None = None,
-    layers: int | None = None,
-    kv_heads: int | None = None,
-    head_dim: int | None = None,
-    kv_dtype: str | None = None,
-    bandwidth_fraction: float = 1.0,
-    compute_dtype: str | None = None,
-    num_gpus: int = 1,
-    claimed_tokens_per_s: float | None = None,
-    claim_aggregate: bool = False,
-    db: SpecDB | None = None,
-) -> CeilingResult:
-    """The decode ceiling of a model on ``spec`` (see the module docstring for the arithmetic).
+# -- the question -------------------------------------------------------------------------------
 
-    The model size is ``params`` with ``dtype``, or ``model_bytes`` (``params`` then only feeds the
-    compute bound; with ``model_bytes`` and ``dtype`` alone, params = model_bytes / bytes per param).
-    The KV cache per token is ``kv_bytes_per_token_given``, or ``layers`` × ``kv_heads`` × ``head_dim`` in
-    ``kv_dtype`` (default: ``dtype``); it is required when ``context`` > 0. ``num_gpus`` GPUs share the
-    model (tensor parallel): bandwidth, compute and capacity add up, communication is ignored.
-    ``db`` supplies measured bandwidth of other GPUs for the "realistic" figure when ``spec`` has none.
-    Raises :class:`InputError` for missing or inconsistent inputs.
-    """
-    if params is None and model_bytes is None:
-        raise InputError("model size", "pass --params N with --dtype, or --model-bytes")
-    if params is not None and params <= 0:
-        raise InputError("--params", "must be positive")
-    if model_bytes is not None and model_bytes <= 0:
-        raise InputError("--model-bytes", "must be positive")
+
+@dataclass(frozen=True)
+class Model:
+    """The model's size: ``params`` with ``dtype``, or ``model_bytes`` (``params`` then only feeds
+    the compute bound; with ``model_bytes`` and ``dtype`` alone, params = model_bytes / bytes per param)."""
+
+    params: float | None = None
+    #: weight dtype (fp32, fp16, bf16, fp8, int8, int4, fp4 and their usual spellings)
+    dtype: str | None = None
+    model_bytes: float | None = None
+
+
+@dataclass(frozen=True)
+class Decoding:
+    """How the model is decoded: ``batch`` sequences of ``context`` tokens each on ``num_gpus``
+    GPUs sharing the model (tensor parallel: bandwidth, compute and capacity add up,
+    communication is ignored), at ``bandwidth_fraction`` of the spec bandwidth, the compute bound
+    at the peak of ``compute_dtype`` (None: from the weight dtype)."""
+
+    batch: int = 1
+    context: int = 0
+    num_gpus: int = 1
+    bandwidth_fraction: float = 1.0
+    compute_dtype: str | None = None
+
+
+@dataclass(frozen=True)
+class KVCache:
+    """KV-cache bytes per token: ``bytes_per_token``, or ``layers`` × ``kv_heads`` × ``head_dim`` in
+    ``dtype`` (default: the weight dtype). Required when the context is not empty."""
+
+    bytes_per_token: float | None = None
+    layers: int | None = None
+    kv_heads: int | None = None
+    head_dim: int | None = None
+    dtype: str | None = None
+
+
+@dataclass(frozen=True)
+class Claim:
+    """A claimed decode speed to judge: per sequence, or the total over the batch (``aggregate``)."""
+
+    tokens_per_s: float
+    aggregate: bool = False
+
+
+@dataclass(frozen=True)
+class DecodeQuery:
+    """Everything :func:`decode_ceiling` needs besides the GPU. Errors name these fields (see
+    :data:`PARAMETERS`), never how a front end spells them."""
+
+    model: Model
+    decoding: Decoding = field(default_factory=Decoding)
+    kv: KVCache = field(default_factory=KVCache)
+    claim: Claim | None = None
+
+
+#: The quantities a :class:`ParameterError` of :func:`decode_ceiling` can name, and the field of
+#: :class:`DecodeQuery` each one is ("model_size" is the model as a whole).
+PARAMETERS = {
+    "model_size": "model", "params": "model.params", "dtype": "model.dtype", "model_bytes": "model.model_bytes",
+    "batch": "decoding.batch", "context": "decoding.context", "num_gpus": "decoding.num_gpus",
+    "bandwidth_fraction": "decoding.bandwidth_fraction", "compute_dtype": "decoding.compute_dtype",
+    "kv_bytes_per_token": "kv.bytes_per_token", "layers": "kv.layers", "kv_heads": "kv.kv_heads",
+    "head_dim": "kv.head_dim", "kv_dtype": "kv.dtype",
+    "claimed_tokens_per_s": "claim.tokens_per_s", "claim_aggregate": "claim.aggregate",
+}
+
+
+# -- the computation, step by step --------------------------------------------------------------
+
+
+def _whole(value: float, parameter: str, least: int) -> None:
+    if value < least or int(value) != value:
+        raise ParameterError(parameter, f"must be a whole number >= {least}, not {{value:g}}", {"value": value})
+
+
+def _check(spec: GpuSpec, q: DecodeQuery) -> tuple[str | None, float | None]:
+    """Reject missing or inconsistent model and decoding inputs; the weight dtype and its bytes
+    per parameter (None, None without a dtype)."""
+    m, d = q.model, q.decoding
+    if m.params is None and m.model_bytes is None:
+        raise ParameterError("model_size", "pass {params} N with {dtype}, or {model_bytes}")
+    if m.params is not None and m.params <= 0:
+        raise ParameterError("params", "must be positive")
+    if m.model_bytes is not None and m.model_bytes <= 0:
+        raise ParameterError("model_bytes", "must be positive")
     canon, bpp = (None, None)
-    if dtype is not None:
-        canon, bpp = bytes_per_param(dtype, "--dtype")
-    if params is not None and model_bytes is None and canon is None:
-        raise InputError("--params", "needs --dtype (fp32, fp16, bf16, fp8, int8, int4 or fp4) to know the bytes per parameter")
-    if batch < 1 or int(batch) != batch:
-        raise InputError("--batch", f"must be a whole number >= 1, not {batch:g}")
-    if context < 0 or int(context) != context:
-        raise InputError("--context", f"must be a whole number >= 0, not {context:g}")
-    if num_gpus < 1 or int(num_gpus) != num_gpus:
-        raise InputError("--gpus", f"must be a whole number >= 1, not {num_gpus:g}")
-    if not (0 < bandwidth_fraction <= 1):
-        raise InputError("--bandwidth-fraction", f"must be in (0, 1], not {bandwidth_fraction:g}")
-    if claimed_tokens_per_s is not None and claimed_tokens_per_s <= 0:
-        raise InputError("--claimed-tps", "must be positive")
+    if m.dtype is not None:
+        canon, bpp = bytes_per_param(m.dtype, "dtype")
+    if m.params is not None and m.model_bytes is None and canon is None:
+        raise ParameterError("params", "needs {dtype} (fp32, fp16, bf16, fp8, int8, int4 or fp4) to know the bytes "
+                                       "per parameter")
+    _whole(d.batch, "batch", 1)
+    _whole(d.context, "context", 0)
+    _whole(d.num_gpus, "num_gpus", 1)
+    if not (0 < d.bandwidth_fraction <= 1):
+        raise ParameterError("bandwidth_fraction", "must be in (0, 1], not {value:g}", {"value": d.bandwidth_fraction})
+    if q.claim is not None and q.claim.tokens_per_s <= 0:
+        raise ParameterError("claimed_tokens_per_s", "must be positive")
     if not spec.mem_bw_bytes_per_s:
         raise InputError(spec.key, "the spec entry has no memory bandwidth")
-    batch, context, num_gpus = int(batch), int(context), int(num_gpus)
-    gpu = _short(spec)
-    lines: list[tuple[str, str]] = []
-    notes: list[str] = []
+    return canon, bpp
 
-    # weights
-    if model_bytes is not None:
-        weight_bytes = float(model_bytes)
+
+def _weights(m: Model, canon: str | None, bpp: float | None,
+             lines: list[tuple[str, str]], notes: list[str]) -> tuple[float, float | None]:
+    """Weight bytes read each step, and the parameter count for the compute bound (None: unknown)."""
+    params = m.params
+    if m.model_bytes is not None:
+        weight_bytes = float(m.model_bytes)
         lines.append(("weights", f"{_size(weight_bytes)} ({_sci(weight_bytes)} B, --model-bytes)"))
         if params is None and bpp:
             params = weight_bytes / bpp
@@ -326,36 +389,135 @@ def decode_ceiling(
         assert params is not None and bpp is not None
         weight_bytes = params * bpp
         lines.append(("weights", f"{_sci(params)} params × {bpp:g} B ({canon}) = {_size(weight_bytes)}"))
+    return weight_bytes, params
 
-    # KV cache
-    layer_args = {"--layers": layers, "--kv-heads": kv_heads, "--head-dim": head_dim}
-    given_layer_args = [k for k, v in layer_args.items() if v is not None]
-    if kv_bytes_per_token_given is not None and given_layer_args:
-        raise InputError("--kv-bytes-per-token", f"give it or {', '.join(layer_args)}, not both")
-    if given_layer_args and len(given_layer_args) < 3:
+
+def _kv_per_token(kv: KVCache, canon: str | None, context: int) -> tuple[float, str]:
+    """KV-cache bytes per token and how they were found."""
+    layer_args = {"layers": kv.layers, "kv_heads": kv.kv_heads, "head_dim": kv.head_dim}
+    given = [k for k, v in layer_args.items() if v is not None]
+    if kv.bytes_per_token is not None and given:
+        raise ParameterError("kv_bytes_per_token", "give it or {layers}, {kv_heads}, {head_dim}, not both")
+    if given and len(given) < 3:
         missing = [k for k in layer_args if layer_args[k] is None]
-        raise InputError(given_layer_args[0], f"the KV cache size also needs {' and '.join(missing)}")
+        raise ParameterError(given[0], "the KV cache size also needs " + " and ".join(f"{{{k}}}" for k in missing))
     for k, v in layer_args.items():
-        if v is not None and (v < 1 or int(v) != v):
-            raise InputError(k, f"must be a whole number >= 1, not {v:g}")
-    if kv_bytes_per_token_given is not None:
-        kv_tok = float(kv_bytes_per_token_given)
-        kv_how = f"{kv_tok:,.0f} B per token (--kv-bytes-per-token)"
-    elif given_layer_args:
-        kd = kv_dtype or canon
+        if v is not None:
+            _whole(v, k, 1)
+    if kv.bytes_per_token is not None:
+        kv_tok = float(kv.bytes_per_token)
+        return kv_tok, f"{kv_tok:,.0f} B per token (--kv-bytes-per-token)"
+    if given:
+        kd = kv.dtype or canon
         if kd is None:
-            raise InputError("--kv-dtype", "needed with --layers/--kv-heads/--head-dim when --dtype is not given")
-        kd, kbytes = bytes_per_param(kd, "--kv-dtype")
-        assert layers is not None and kv_heads is not None and head_dim is not None
-        kv_tok = kv_bytes_per_token(int(layers), int(kv_heads), int(head_dim), kbytes)
-        kv_how = (f"2 × {int(layers)} layers × {int(kv_heads)} KV heads × {int(head_dim)} head dim × {kbytes:g} B ({kd}) "
-                  f"= {kv_tok:,.0f} B per token")
+            raise ParameterError("kv_dtype", "needed with {layers}/{kv_heads}/{head_dim} when {dtype} is not given")
+        kd, kbytes = bytes_per_param(kd, "kv_dtype")
+        assert kv.layers is not None and kv.kv_heads is not None and kv.head_dim is not None
+        layers, heads, dim = int(kv.layers), int(kv.kv_heads), int(kv.head_dim)
+        kv_tok = kv_bytes_per_token(layers, heads, dim, kbytes)
+        return kv_tok, (f"2 × {layers} layers × {heads} KV heads × {dim} head dim × {kbytes:g} B ({kd}) "
+                        f"= {kv_tok:,.0f} B per token")
+    if context > 0:
+        raise ParameterError("context", "a context needs the KV cache size: pass {kv_bytes_per_token}, "
+                                        "or {layers}, {kv_heads} and {head_dim} (and {kv_dtype} if it differs from {dtype})")
+    return 0.0, ""
+
+
+def _compute_bound(spec: GpuSpec, params: float, canon: str | None, d: Decoding, batch: int, num_gpus: int,
+                   lines: list[tuple[str, str]], notes: list[str]
+                   ) -> tuple[str, float | None, float | None, float | None]:
+    """(compute dtype, FLOPs per step, peak FLOP/s of all GPUs, tokens/s per sequence); the last
+    three None when the GPU has no peak for that dtype."""
+    if d.compute_dtype is not None:
+        cdt = normalize_dtype(d.compute_dtype)
+        if cdt is None:
+            raise ParameterError("compute_dtype", "unknown dtype '{value}' (one of {known})",
+                                 {"value": d.compute_dtype, "known": ", ".join(DTYPES)})
+        if not spec.peak_flops(cdt):
+            raise ParameterError("compute_dtype", "{gpu_key} has no {peak_dtype} peak in the spec database",
+                                 {"gpu_key": spec.key, "peak_dtype": cdt})
     else:
-        kv_tok = 0.0
-        kv_how = ""
-        if context > 0:
-            raise InputError("--context", "a context needs the KV cache size: pass --kv-bytes-per-token, "
-                                          "or --layers, --kv-heads and --head-dim (and --kv-dtype if it differs from --dtype)")
+        cdt, why = default_compute_dtype(canon or "fp16", spec)
+        if why:
+            notes.append(why)
+        if canon is None:
+            notes.append("no --dtype: the compute bound uses the fp16 peak")
+    peak = spec.peak_flops(cdt)
+    if not peak:
+        notes.append(f"{spec.key} has no {cdt} peak: no compute bound")
+        return cdt, None, None, None
+    flops_step = 2.0 * params * batch
+    comp_peak = float(peak) * num_gpus
+    comp_tps = comp_peak / flops_step
+    peak_text = f"{cdt} peak {'%d × ' % num_gpus if num_gpus > 1 else ''}{peak / 1e12:.5g} TFLOP/s"
+    lines.append(("compute bound", f"2 × {_sci(params)} params × batch {batch} = {_sci(flops_step)} FLOP per step; "
+                                   f"{peak_text} ⇒ {_sci(comp_peak)} / {_sci(flops_step)} = {_tps(comp_tps)} "
+                                   "tokens/s per sequence"))
+    return cdt, flops_step, comp_peak, comp_tps
+
+
+def _realistic_line(spec: GpuSpec, realistic: dict[str, Any]) -> tuple[str, str]:
+    srcs = sorted({f"{m['metric']} {m['source']}" for m in realistic["measurements"] if m["gpu"] == spec.key})
+    srcs_txt = f" ({', '.join(srcs)})" if srcs else ""
+    lo, hi = realistic["ceiling_tokens_per_s_range"]
+    return ("realistic", f"measured memory bandwidth on {realistic['basis']} reaches "
+                         f"{realistic['bandwidth_fraction_low'] * 100:.1f}–{realistic['bandwidth_fraction_high'] * 100:.1f}% "
+                         f"of spec{srcs_txt} ⇒ about {_tps(realistic['ceiling_tokens_per_s'])} tokens/s per sequence "
+                         f"({_tps(lo)}–{_tps(hi)})")
+
+
+def _capacity_notes(spec: GpuSpec, bytes_per_step: float, num_gpus: int,
+                    notes: list[str]) -> tuple[float | None, bool | None]:
+    """Device memory of all GPUs and whether one step's bytes fit in it (None: unknown)."""
+    capacity = float(spec.memory_bytes) * num_gpus if spec.memory_bytes else None
+    fits = None if capacity is None else bytes_per_step <= capacity
+    if fits is False:
+        where = (f"the {_size(spec.memory_bytes or 0)} of one {spec.key}" if num_gpus == 1 else
+                 f"{num_gpus} × {_size(spec.memory_bytes or 0)} of {spec.key} memory")
+        notes.append(f"{_size(bytes_per_step)} does not fit in {where}: the ceiling is for a GPU that could hold "
+                     "it; pass --gpus N for N GPUs sharing the model (tensor parallel)")
+    if spec.visible_as:
+        notes.append(f"{spec.key} is a package of {spec.devices_per_package} devices ({spec.visible_as}); "
+                     "its bandwidth is the sum over them")
+    if num_gpus > 1:
+        notes.append(f"{num_gpus} GPUs: bandwidth, compute and capacity add up; communication between them is ignored")
+    return capacity, fits
+
+
+def _judge_claim(claim: Claim, ceiling: float, aggregate: float, lines: list[tuple[str, str]],
+                 notes: list[str]) -> tuple[str, str, float]:
+    """(basis, verdict, claim / ceiling) of a claimed speed."""
+    basis = "aggregate" if claim.aggregate else "per_sequence"
+    bound = aggregate if claim.aggregate else ceiling
+    ratio = claim.tokens_per_s / bound
+    verdict = "impossible" if claim.tokens_per_s > bound * (1 + 1e-9) else "possible"
+    what = "aggregate" if claim.aggregate else "per sequence"
+    cmp_ = ">" if verdict == "impossible" else "≤"
+    tail = (f"{ratio:.3g}× the ceiling" if verdict == "impossible" else f"{ratio * 100:.0f}% of the ceiling")
+    lines.append(("claim", f"{claim.tokens_per_s:g} tokens/s {what} {cmp_} {_tps(bound)} ⇒ {verdict} ({tail})"))
+    if not claim.aggregate:
+        notes.append("the claim is judged per sequence (one stream's tokens/s); pass --claim-aggregate to judge "
+                     "it against the total over the batch")
+    return basis, verdict, ratio
+
+
+def decode_ceiling(spec: GpuSpec, query: DecodeQuery, db: SpecDB | None = None) -> CeilingResult:
+    """The decode ceiling of ``query``'s model on ``spec`` (see the module docstring for the arithmetic).
+
+    ``db`` supplies measured bandwidth of other GPUs for the "realistic" figure when ``spec`` has none.
+    Raises :class:`ParameterError` (naming a key of :data:`PARAMETERS`) for missing or inconsistent
+    inputs, :class:`InputError` for a spec entry without memory bandwidth.
+    """
+    canon, bpp = _check(spec, query)
+    d = query.decoding
+    batch, context, num_gpus = int(d.batch), int(d.context), int(d.num_gpus)
+    gpu = _short(spec)
+    lines: list[tuple[str, str]] = []
+    notes: list[str] = []
+
+    weight_bytes, params = _weights(query.model, canon, bpp, lines, notes)
+
+    kv_tok, kv_how = _kv_per_token(query.kv, canon, context)
     kv_cache = kv_tok * context * batch
     if context > 0:
         lines.append(("KV cache", f"{kv_how}; × {context} tokens × {batch} sequence{'s' if batch > 1 else ''} "
@@ -369,44 +531,20 @@ def decode_ceiling(
 
     # memory bound
     spec_bw = float(spec.mem_bw_bytes_per_s) * num_gpus
-    bw = spec_bw * bandwidth_fraction
+    bw = spec_bw * d.bandwidth_fraction
     mem_tps = bw / bytes_per_step
     bw_text = f"{gpu} {_bw(spec.mem_bw_bytes_per_s)}"
     if num_gpus > 1:
         bw_text = f"{num_gpus} × {bw_text} = {_bw(spec_bw)}"
-    if bandwidth_fraction != 1.0:
-        bw_text += f" × {bandwidth_fraction:g} = {_bw(bw)}"
+    if d.bandwidth_fraction != 1.0:
+        bw_text += f" × {d.bandwidth_fraction:g} = {_bw(bw)}"
     lines.append(("memory bound", f"{bw_text} ⇒ {_sci(bw)} / {_sci(bytes_per_step)} = {_tps(mem_tps)} tokens/s "
                                   f"per sequence ({_tps(mem_tps * batch)} aggregate over batch {batch})"))
 
-    # compute bound
     flops_step = comp_peak = comp_tps = None
     cdt = None
     if params is not None:
-        if compute_dtype is not None:
-            cdt = normalize_dtype(compute_dtype)
-            if cdt is None:
-                raise InputError("--compute-dtype", f"unknown dtype '{compute_dtype}' (one of {', '.join(DTYPES)})")
-            if not spec.peak_flops(cdt):
-                raise InputError("--compute-dtype", f"{spec.key} has no {cdt} peak in the spec database")
-        else:
-            wd = canon or "fp16"
-            cdt, why = default_compute_dtype(wd, spec)
-            if why:
-                notes.append(why)
-            if canon is None:
-                notes.append("no --dtype: the compute bound uses the fp16 peak")
-        peak = spec.peak_flops(cdt)
-        if peak:
-            flops_step = 2.0 * params * batch
-            comp_peak = float(peak) * num_gpus
-            comp_tps = comp_peak / flops_step
-            peak_text = f"{cdt} peak {'%d × ' % num_gpus if num_gpus > 1 else ''}{peak / 1e12:.5g} TFLOP/s"
-            lines.append(("compute bound", f"2 × {_sci(params)} params × batch {batch} = {_sci(flops_step)} FLOP per step; "
-                                           f"{peak_text} ⇒ {_sci(comp_peak)} / {_sci(flops_step)} = {_tps(comp_tps)} "
-                                           "tokens/s per sequence"))
-        else:
-            notes.append(f"{spec.key} has no {cdt} peak: no compute bound")
+        cdt, flops_step, comp_peak, comp_tps = _compute_bound(spec, params, canon, d, batch, num_gpus, lines, notes)
     else:
         lines.append(("compute bound", "not computed: pass --params (or --dtype with --model-bytes)"))
 
@@ -421,40 +559,13 @@ def decode_ceiling(
 
     realistic = _realistic(spec, db, bytes_per_step, num_gpus, comp_tps)
     if realistic.get("basis"):
-        srcs = sorted({f"{m['metric']} {m['source']}" for m in realistic["measurements"] if m["gpu"] == spec.key})
-        srcs_txt = f" ({', '.join(srcs)})" if srcs else ""
-        lo, hi = realistic["ceiling_tokens_per_s_range"]
-        lines.append(("realistic", f"measured memory bandwidth on {realistic['basis']} reaches "
-                                   f"{realistic['bandwidth_fraction_low'] * 100:.1f}–{realistic['bandwidth_fraction_high'] * 100:.1f}% "
-                                   f"of spec{srcs_txt} ⇒ about {_tps(realistic['ceiling_tokens_per_s'])} tokens/s per sequence "
-                                   f"({_tps(lo)}–{_tps(hi)})"))
+        lines.append(_realistic_line(spec, realistic))
 
-    capacity = float(spec.memory_bytes) * num_gpus if spec.memory_bytes else None
-    fits = None if capacity is None else bytes_per_step <= capacity
-    if fits is False:
-        where = (f"the {_size(spec.memory_bytes or 0)} of one {spec.key}" if num_gpus == 1 else
-                 f"{num_gpus} × {_size(spec.memory_bytes or 0)} of {spec.key} memory")
-        notes.append(f"{_size(bytes_per_step)} does not fit in {where}: the ceiling is for a GPU that could hold "
-                     "it; pass --gpus N for N GPUs sharing the model (tensor parallel)")
-    if spec.visible_as:
-        notes.append(f"{spec.key} is a package of {spec.devices_per_package} devices ({spec.visible_as}); "
-                     "its bandwidth is the sum over them")
-    if num_gpus > 1:
-        notes.append(f"{num_gpus} GPUs: bandwidth, compute and capacity add up; communication between them is ignored")
+    capacity, fits = _capacity_notes(spec, bytes_per_step, num_gpus, notes)
 
     verdict = ratio = basis = None
-    if claimed_tokens_per_s is not None:
-        basis = "aggregate" if claim_aggregate else "per_sequence"
-        bound = aggregate if claim_aggregate else ceiling
-        ratio = claimed_tokens_per_s / bound
-        verdict = "impossible" if claimed_tokens_per_s > bound * (1 + 1e-9) else "possible"
-        what = "aggregate" if claim_aggregate else "per sequence"
-        cmp_ = ">" if verdict == "impossible" else "≤"
-        tail = (f"{ratio:.3g}× the ceiling" if verdict == "impossible" else f"{ratio * 100:.0f}% of the ceiling")
-        lines.append(("claim", f"{claimed_tokens_per_s:g} tokens/s {what} {cmp_} {_tps(bound)} ⇒ {verdict} ({tail})"))
-        if not claim_aggregate:
-            notes.append("the claim is judged per sequence (one stream's tokens/s); pass --claim-aggregate to judge "
-                         "it against the total over the batch")
+    if query.claim is not None:
+        basis, verdict, ratio = _judge_claim(query.claim, ceiling, aggregate, lines, notes)
     notes.append("a speed-of-light bound: every weight byte crosses the memory bus once per step and the "
                  "compute bound counts only 2 × params FLOPs per token; launch gaps, attention FLOPs and "
                  "communication are ignored, so real decoding is slower")
@@ -462,11 +573,12 @@ def decode_ceiling(
     return CeilingResult(
         gpu=spec.key, gpu_name=spec.name, num_gpus=num_gpus, params=params, dtype=canon, bytes_per_param=bpp,
         weight_bytes=weight_bytes, batch=batch, context=context, kv_bytes_per_token=kv_tok, kv_cache_bytes=kv_cache,
-        bytes_per_step=bytes_per_step, spec_bandwidth_bytes_per_s=spec_bw, bandwidth_fraction=bandwidth_fraction,
+        bytes_per_step=bytes_per_step, spec_bandwidth_bytes_per_s=spec_bw, bandwidth_fraction=d.bandwidth_fraction,
         bandwidth_bytes_per_s=bw, memory_bound_tokens_per_s=mem_tps, flops_per_step=flops_step,
         compute_dtype=cdt if flops_step else None, compute_peak_flops_per_s=comp_peak,
         compute_bound_tokens_per_s=comp_tps, ceiling_tokens_per_s=ceiling, aggregate_ceiling_tokens_per_s=aggregate,
         binding=binding, memory_capacity_bytes=capacity, fits_in_memory=fits, realistic=realistic,
-        claimed_tokens_per_s=claimed_tokens_per_s, claim_basis=basis, verdict=verdict, claim_ratio=ratio,
+        claimed_tokens_per_s=query.claim.tokens_per_s if query.claim is not None else None,
+        claim_basis=basis, verdict=verdict, claim_ratio=ratio,
         explanation=lines, notes=notes,
     )

@@ -1,11 +1,13 @@
 """`gpuscope ceiling`: decode speed-of-light arithmetic checked by hand against the spec sheet."""
 from __future__ import annotations
 
+import string
+
 import pytest
 
 from conftest import run_cli
-from gpuscope.analyzers.ceiling import (BYTES_PER_PARAM, decode_ceiling, kv_bytes_per_token, parse_bytes,
-                                        parse_count)
+from gpuscope.analyzers.ceiling import (BYTES_PER_PARAM, PARAMETERS, Claim, DecodeQuery, Decoding, KVCache, Model,
+                                        ParameterError, decode_ceiling, kv_bytes_per_token, parse_bytes, parse_count)
 from gpuscope.errors import InputError
 
 pytestmark = pytest.mark.usefixtures("no_user_specs")
@@ -47,7 +49,7 @@ def test_bytes_per_param_table() -> None:
 
 
 def test_70b_fp16_on_mi300x(specdb) -> None:
-    r = decode_ceiling(specdb.get("mi300x"), params=70e9, dtype="fp16", claimed_tokens_per_s=314, db=specdb)
+    r = decode_ceiling(specdb.get("mi300x"), DecodeQuery(Model(70e9, "fp16"), claim=Claim(314)), db=specdb)
     assert r.bytes_per_step == 140e9 and r.weight_bytes == 140e9 and r.kv_cache_bytes == 0
     assert r.memory_bound_tokens_per_s == pytest.approx(5.3e12 / 140e9)            # 37.857
     assert round(r.ceiling_tokens_per_s, 1) == 37.9
@@ -62,14 +64,15 @@ def test_70b_fp16_on_mi300x(specdb) -> None:
     assert real["basis"] == "mi300x (published measurements)"
     assert (real["bandwidth_fraction_low"], real["bandwidth_fraction_high"]) == (0.772, 0.775)
     assert real["ceiling_tokens_per_s"] == pytest.approx(5.3e12 * 0.7735 / 140e9)
-    ok = decode_ceiling(specdb.get("mi300x"), params=70e9, dtype="fp16", claimed_tokens_per_s=30)
+    ok = decode_ceiling(specdb.get("mi300x"), DecodeQuery(Model(70e9, "fp16"), claim=Claim(30)))
     assert ok.verdict == "possible"
 
 
 def test_kv_cache_batch_and_aggregate(specdb) -> None:
     # Llama-70B-like: 80 layers, 8 KV heads, head dim 128, fp16 KV; fp8 weights; 8 sequences of 4096 tokens
-    r = decode_ceiling(specdb.get("h100-sxm"), params=70e9, dtype="fp8", batch=8, context=4096, layers=80,
-                       kv_heads=8, head_dim=128, kv_dtype="fp16", claimed_tokens_per_s=400, claim_aggregate=True)
+    r = decode_ceiling(specdb.get("h100-sxm"), DecodeQuery(
+        Model(70e9, "fp8"), Decoding(batch=8, context=4096), KVCache(layers=80, kv_heads=8, head_dim=128, dtype="fp16"),
+        Claim(400, aggregate=True)))
     kv = 2 * 80 * 8 * 128 * 2
     assert r.kv_bytes_per_token == kv
     assert r.kv_cache_bytes == kv * 4096 * 8
@@ -79,17 +82,17 @@ def test_kv_cache_batch_and_aggregate(specdb) -> None:
     assert r.aggregate_ceiling_tokens_per_s == pytest.approx(8 * per_seq)           # 331.9
     assert r.compute_bound_tokens_per_s == pytest.approx(1978.9e12 / (2 * 70e9 * 8))
     assert r.verdict == "impossible" and r.claim_basis == "aggregate"  # 400 > 331.9
-    r2 = decode_ceiling(specdb.get("h100-sxm"), params=70e9, dtype="fp8", batch=8, context=4096,
-                        kv_bytes_per_token_given=kv, claimed_tokens_per_s=40)
+    r2 = decode_ceiling(specdb.get("h100-sxm"), DecodeQuery(Model(70e9, "fp8"), Decoding(batch=8, context=4096),
+                                                             KVCache(bytes_per_token=kv), Claim(40)))
     assert r2.bytes_per_step == r.bytes_per_step and r2.verdict == "possible"
     # the KV dtype defaults to the weight dtype
-    r3 = decode_ceiling(specdb.get("h100-sxm"), params=70e9, dtype="fp8", batch=1, context=1000, layers=80,
-                        kv_heads=8, head_dim=128)
+    r3 = decode_ceiling(specdb.get("h100-sxm"), DecodeQuery(Model(70e9, "fp8"), Decoding(batch=1, context=1000),
+                                                             KVCache(layers=80, kv_heads=8, head_dim=128)))
     assert r3.kv_bytes_per_token == kv / 2
 
 
 def test_compute_binds_at_large_batch(specdb) -> None:
-    r = decode_ceiling(specdb.get("h100-sxm"), params=1e9, dtype="bf16", batch=4096, claimed_tokens_per_s=150)
+    r = decode_ceiling(specdb.get("h100-sxm"), DecodeQuery(Model(1e9, "bf16"), Decoding(batch=4096), claim=Claim(150)))
     assert r.memory_bound_tokens_per_s == pytest.approx(3.35e12 / 2e9)            # 1675
     assert r.compute_bound_tokens_per_s == pytest.approx(989.4e12 / (2e9 * 4096))  # 120.8
     assert r.binding == "compute" and r.ceiling_tokens_per_s == r.compute_bound_tokens_per_s
@@ -97,55 +100,81 @@ def test_compute_binds_at_large_batch(specdb) -> None:
 
 
 def test_dtype_fallbacks_and_sizes(specdb) -> None:
-    r = decode_ceiling(specdb.get("a100-sxm"), params=8e9, dtype="fp8")  # no FP8 units on Ampere
+    r = decode_ceiling(specdb.get("a100-sxm"), DecodeQuery(Model(8e9, "fp8")))  # no FP8 units on Ampere
     assert r.compute_dtype == "fp16" and any("dequantised" in n for n in r.notes)
     assert r.compute_bound_tokens_per_s == pytest.approx(312e12 / 16e9)
-    r = decode_ceiling(specdb.get("mi300x"), params=70e9, dtype="int4")
+    r = decode_ceiling(specdb.get("mi300x"), DecodeQuery(Model(70e9, "int4")))
     assert r.weight_bytes == 35e9 and r.compute_dtype == "fp16"
-    r = decode_ceiling(specdb.get("b200"), params=70e9, dtype="fp4")
+    r = decode_ceiling(specdb.get("b200"), DecodeQuery(Model(70e9, "fp4")))
     assert r.compute_dtype == "fp4" and r.compute_peak_flops_per_s == 9000e12
-    r = decode_ceiling(specdb.get("mi300x"), model_bytes=140e9, dtype="fp16")
+    r = decode_ceiling(specdb.get("mi300x"), DecodeQuery(Model(dtype="fp16", model_bytes=140e9)))
     assert r.params == 70e9 and r.compute_bound_tokens_per_s == pytest.approx(1307.4e12 / 140e9)
-    r = decode_ceiling(specdb.get("mi300x"), model_bytes=140e9)
+    r = decode_ceiling(specdb.get("mi300x"), DecodeQuery(Model(model_bytes=140e9)))
     assert r.params is None and r.compute_bound_tokens_per_s is None
     assert r.ceiling_tokens_per_s == pytest.approx(5.3e12 / 140e9)
 
 
 def test_bandwidth_fraction_gpus_and_capacity(specdb) -> None:
     mi = specdb.get("mi300x")
-    r = decode_ceiling(mi, params=70e9, dtype="fp16", bandwidth_fraction=0.8)
+    r = decode_ceiling(mi, DecodeQuery(Model(70e9, "fp16"), Decoding(bandwidth_fraction=0.8)))
     assert r.ceiling_tokens_per_s == pytest.approx(0.8 * 5.3e12 / 140e9)
-    r = decode_ceiling(mi, params=405e9, dtype="fp8", num_gpus=8)
+    r = decode_ceiling(mi, DecodeQuery(Model(405e9, "fp8"), Decoding(num_gpus=8)))
     assert r.ceiling_tokens_per_s == pytest.approx(8 * 5.3e12 / 405e9) and r.fits_in_memory
-    r = decode_ceiling(specdb.get("h100-sxm"), params=70e9, dtype="fp16")
+    r = decode_ceiling(specdb.get("h100-sxm"), DecodeQuery(Model(70e9, "fp16")))
     assert r.fits_in_memory is False and any("does not fit" in n for n in r.notes)
     # no measured bandwidth for the L40S: the realistic figure uses other NVIDIA GPUs' measurements
-    r = decode_ceiling(specdb.get("l40s"), params=8e9, dtype="bf16", db=specdb)
+    r = decode_ceiling(specdb.get("l40s"), DecodeQuery(Model(8e9, "bf16")), db=specdb)
     assert r.realistic["basis"].startswith("other NVIDIA GPUs")
     assert 0.75 <= r.realistic["bandwidth_fraction_median"] <= 0.9
 
 
-@pytest.mark.parametrize("kwargs,source", [
-    ({}, "model size"),
-    ({"params": 70e9}, "--params"),
-    ({"params": 70e9, "dtype": "fp12"}, "--dtype"),
-    ({"params": 70e9, "dtype": "fp16", "context": 10}, "--context"),
-    ({"params": 70e9, "dtype": "fp16", "batch": 0}, "--batch"),
-    ({"params": 70e9, "dtype": "fp16", "bandwidth_fraction": 0}, "--bandwidth-fraction"),
-    ({"params": 70e9, "dtype": "fp16", "layers": 80}, "--layers"),
-    ({"params": 70e9, "dtype": "fp16", "layers": 80, "kv_heads": 8, "head_dim": 128, "kv_bytes_per_token_given": 5},
-     "--kv-bytes-per-token"),
-    ({"params": 0, "dtype": "fp16"}, "--params"),
-    ({"params": 70e9, "dtype": "fp16", "claimed_tokens_per_s": 0}, "--claimed-tps"),
-    ({"params": 70e9, "dtype": "fp16", "compute_dtype": "fp4"}, "--compute-dtype"),
+@pytest.mark.parametrize("query,parameter,message", [
+    (DecodeQuery(Model()), "model_size", "pass params N with dtype, or model_bytes"),
+    (DecodeQuery(Model(70e9)), "params",
+     "needs dtype (fp32, fp16, bf16, fp8, int8, int4 or fp4) to know the bytes per parameter"),
+    (DecodeQuery(Model(70e9, "fp12")), "dtype", "unknown dtype 'fp12' (one of fp32, fp16, bf16, fp8, int8, int4, fp4)"),
+    (DecodeQuery(Model(70e9, "{fp}")), "dtype", "unknown dtype '{fp}' (one of fp32, fp16, bf16, fp8, int8, int4, fp4)"),
+    (DecodeQuery(Model(70e9, "fp16"), Decoding(context=10)), "context",
+     "a context needs the KV cache size: pass kv_bytes_per_token, or layers, kv_heads and head_dim (and kv_dtype if "
+     "it differs from dtype)"),
+    (DecodeQuery(Model(70e9, "fp16"), Decoding(batch=0)), "batch", "must be a whole number >= 1, not 0"),
+    (DecodeQuery(Model(70e9, "fp16"), Decoding(bandwidth_fraction=0)), "bandwidth_fraction", "must be in (0, 1], not 0"),
+    (DecodeQuery(Model(70e9, "fp16"), kv=KVCache(layers=80)), "layers", "the KV cache size also needs kv_heads and head_dim"),
+    (DecodeQuery(Model(70e9, "fp16"), kv=KVCache(5, 80, 8, 128)), "kv_bytes_per_token",
+     "give it or layers, kv_heads, head_dim, not both"),
+    (DecodeQuery(Model(model_bytes=140e9), kv=KVCache(layers=80, kv_heads=8, head_dim=128)), "kv_dtype",
+     "needed with layers/kv_heads/head_dim when dtype is not given"),
+    (DecodeQuery(Model(0, "fp16")), "params", "must be positive"),
+    (DecodeQuery(Model(70e9, "fp16"), claim=Claim(0)), "claimed_tokens_per_s", "must be positive"),
+    (DecodeQuery(Model(70e9, "fp16"), Decoding(compute_dtype="fp4")), "compute_dtype",
+     "mi300x has no fp4 peak in the spec database"),
 ])
-def test_bad_arguments(specdb, kwargs: dict, source: str) -> None:
-    with pytest.raises(InputError) as ei:
-        decode_ceiling(specdb.get("mi300x"), **kwargs)
-    assert ei.value.source == source
+def test_bad_arguments(specdb, query: DecodeQuery, parameter: str, message: str) -> None:
+    """Errors name the quantity (a key of PARAMETERS), never a command-line flag; a front end
+    spells the quantities its own way."""
+    with pytest.raises(ParameterError) as ei:
+        decode_ceiling(specdb.get("mi300x"), query)
+    e = ei.value
+    assert e.parameter == parameter and e.parameter in PARAMETERS
+    assert (e.source, e.message) == (parameter, message) and "--" not in str(e)
+    spelling = {k: f"--{k}" for k in PARAMETERS}
+    source, text = e.render(spelling)
+    assert source == f"--{parameter}"
+    named = {f for _, f, _, _ in string.Formatter().parse(e.problem) if f in PARAMETERS}
+    assert all(f"--{k}" in text for k in named) and text.replace("--", "") == message
 
 
 # -- the CLI ---------------------------------------------------------------------------------
+
+
+def test_cli_spells_every_quantity_as_its_flag() -> None:
+    """The analyzer names quantities; the CLI maps each of them to the flag that gives it, so
+    that its error lines name what the user typed."""
+    from gpuscope.cli.ceiling import FLAGS
+
+    assert set(FLAGS) == set(PARAMETERS)
+    r = run_cli("ceiling", "--gpu", "mi300x", "--params", "70B", "--dtype", "fp16", "--layers", "80")
+    assert r.code == 2 and r.err.strip() == "gpuscope ceiling: --layers: the KV cache size also needs --kv-heads and --head-dim"
 
 
 def test_cli_text_shows_the_arithmetic() -> None:

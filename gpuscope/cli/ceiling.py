@@ -43,6 +43,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--specs", metavar="FILE", help="extra/overriding GPU spec entries (default: $GPUSCOPE_SPECS)")
 
 
+#: The flag that gives each quantity of :data:`gpuscope.analyzers.ceiling.PARAMETERS`.
+FLAGS = {
+    "model_size": "model size", "params": "--params", "dtype": "--dtype", "model_bytes": "--model-bytes",
+    "batch": "--batch", "context": "--context", "num_gpus": "--gpus", "bandwidth_fraction": "--bandwidth-fraction",
+    "compute_dtype": "--compute-dtype", "kv_bytes_per_token": "--kv-bytes-per-token", "layers": "--layers",
+    "kv_heads": "--kv-heads", "head_dim": "--head-dim", "kv_dtype": "--kv-dtype",
+    "claimed_tokens_per_s": "--claimed-tps", "claim_aggregate": "--claim-aggregate",
+}
+
+
 def _int(text: str, what: str) -> int:
     from ..analyzers.ceiling import parse_count
     from ..errors import InputError
@@ -67,32 +77,33 @@ def _float(text: str, what: str) -> float:
 
 def run(args: argparse.Namespace) -> int:
     """Run the command; returns the exit code."""
-    from ..analyzers.ceiling import decode_ceiling, parse_bytes, parse_count
+    from ..analyzers.ceiling import (Claim, DecodeQuery, Decoding, KVCache, Model, ParameterError, decode_ceiling,
+                                     parse_bytes, parse_count)
+    from ..errors import InputError
     from .common import print_json
     from ..specs import load_specs
 
     db = load_specs(args.specs)
     spec = db.find(args.gpu)
     opt = (lambda v, what, f: None if v is None else f(v, what))
-    result = decode_ceiling(
-        spec,
-        params=opt(args.params, "--params", parse_count),
-        dtype=args.dtype,
-        model_bytes=opt(args.model_bytes, "--model-bytes", parse_bytes),
-        batch=_int(args.batch, "--batch"),
-        context=_int(args.context, "--context"),
-        kv_bytes_per_token_given=opt(args.kv_bytes_per_token, "--kv-bytes-per-token", parse_bytes),
-        layers=opt(args.layers, "--layers", _int),
-        kv_heads=opt(args.kv_heads, "--kv-heads", _int),
-        head_dim=opt(args.head_dim, "--head-dim", _int),
-        kv_dtype=args.kv_dtype,
-        bandwidth_fraction=_float(args.bandwidth_fraction, "--bandwidth-fraction"),
-        compute_dtype=args.compute_dtype,
-        num_gpus=_int(args.gpus, "--gpus"),
-        claimed_tokens_per_s=opt(args.claimed_tps, "--claimed-tps", parse_count),
-        claim_aggregate=args.claim_aggregate,
-        db=db,
-    )
+    # each flag parsed in the order of the flags' checks, so that the first bad flag is the one named
+    params = opt(args.params, "--params", parse_count)
+    model_bytes = opt(args.model_bytes, "--model-bytes", parse_bytes)
+    batch, context = _int(args.batch, "--batch"), _int(args.context, "--context")
+    kv_bytes = opt(args.kv_bytes_per_token, "--kv-bytes-per-token", parse_bytes)
+    layers, kv_heads = opt(args.layers, "--layers", _int), opt(args.kv_heads, "--kv-heads", _int)
+    head_dim = opt(args.head_dim, "--head-dim", _int)
+    bandwidth_fraction = _float(args.bandwidth_fraction, "--bandwidth-fraction")
+    num_gpus = _int(args.gpus, "--gpus")
+    claimed = opt(args.claimed_tps, "--claimed-tps", parse_count)
+    query = DecodeQuery(Model(params, args.dtype, model_bytes),
+                        Decoding(batch, context, num_gpus, bandwidth_fraction, args.compute_dtype),
+                        KVCache(kv_bytes, layers, kv_heads, head_dim, args.kv_dtype),
+                        None if claimed is None else Claim(claimed, args.claim_aggregate))
+    try:
+        result = decode_ceiling(spec, query, db=db)
+    except ParameterError as exc:  # the analyzer names quantities; the user typed flags
+        raise InputError(*exc.render(FLAGS)) from None
     if args.json:
         print_json(result.to_json())
     else:
