@@ -211,7 +211,7 @@ def test_workers_each_leave_a_trace(tmp_path: Path, method: str) -> None:
 
 
 def test_example_workload_run_records_windows_marks_and_tokens(tmp_path: Path) -> None:
-    from gpuscope.report import render_run_summary
+    from gpuscope.render.run_summary import render_run_summary
 
     db = tmp_path / "s.duckdb"
     p = gpuscope(db, "run", "--json", "--profile-delay", "0.2", "--profile-duration", "1", "--", PY,
@@ -260,7 +260,7 @@ print(w.path)
 
 
 def test_replayed_telemetry_gives_energy_per_token_cross_checked(tmp_path: Path) -> None:
-    from gpuscope.report import render_run_summary
+    from gpuscope.render.run_summary import render_run_summary
 
     db = tmp_path / "s.duckdb"
     rec = REPO / "fixtures" / "recordings" / "synthetic_h100_a100.jsonl"  # 3 s, played in a loop
@@ -309,7 +309,7 @@ class _Live:
 
 def test_status_line_shows_elapsed_samples_util_and_power() -> None:
     from gpuscope.collectors.base import Sample
-    from gpuscope.runner import _status
+    from gpuscope.run.wrapper import _status
 
     live = _Live({"gpu0": Sample(device="gpu0", ts_ns=0, values={"gpu_util": 0.87, "power_w": 512.0}),
                   "host": Sample(device="host", ts_ns=0, values={"host_cpu_util": 0.5})})
@@ -322,7 +322,7 @@ def test_status_line_shows_elapsed_samples_util_and_power() -> None:
 def test_waiting_for_the_child_redraws_the_status_line_and_lets_signals_through(capsys, status_line) -> None:
     import threading
 
-    from gpuscope.runner import _wait
+    from gpuscope.run.wrapper import _wait
 
     seen: list[int] = []
     previous = signal.signal(signal.SIGUSR1, lambda signum, frame: seen.append(signum))
@@ -348,7 +348,9 @@ def test_window_export_is_gzipped_whole_or_not_at_all(tmp_path: Path) -> None:
     torch = pytest.importorskip("torch")
     from torch.profiler import ProfilerActivity, profile
 
-    from gpuscope._bootstrap._gpuscope_boot import export_gzipped
+    from gpuscope.run.bootstrap import load_child_side
+
+    export_gzipped = load_child_side().export_gzipped
 
     prof = profile(activities=[ProfilerActivity.CPU], record_shapes=True)
     prof.start()
@@ -389,7 +391,9 @@ def test_unfinished_window_exports_are_not_ingested(tmp_path: Path) -> None:
 
 def test_marks_keep_their_file_open_and_survive_fork_and_a_closed_descriptor(tmp_path: Path, monkeypatch) -> None:
     import gpuscope
-    from gpuscope._bootstrap import _gpuscope_boot as boot
+    from gpuscope.run.bootstrap import load_child_side
+
+    boot = load_child_side()
 
     monkeypatch.setenv("GPUSCOPE_RUN_DIR", str(tmp_path))
     monkeypatch.setattr(boot, "_append_fds", {})
@@ -545,7 +549,7 @@ def test_no_window_opens_once_exit_has_begun(tmp_path: Path) -> None:
     (["--profile-delay", "60"], "import torch", "ended within --profile-delay (60 s) of importing torch"),
 ])
 def test_a_run_without_a_trace_says_why(tmp_path: Path, args: list[str], code: str, note: str) -> None:
-    from gpuscope.report import render_run_summary
+    from gpuscope.render.run_summary import render_run_summary
 
     db = tmp_path / "s.duckdb"
     p = gpuscope(db, "run", "--json", *args, "--", PY, "-c", code)
@@ -568,3 +572,69 @@ def test_run_directories_are_never_reused(tmp_path: Path) -> None:
         assert doc["run_id"] == 1 and doc["marks"] == 1 and doc["telemetry"]["tokens"] == 5
         dirs.append(doc["run_dir"])
     assert dirs[0] != dirs[1] and dirs[1].endswith("1-python.2")
+
+
+CHILD_MODULES = """
+import json, sys
+def ours():
+    return sorted(m for m in sys.modules if m.split('.')[0] in ('gpuscope', '_gpuscope_boot', '_gpuscope_contract'))
+at_start = ours()
+if sys.argv[1] == 'torch':
+    import torch
+import gpuscope
+gpuscope.mark('step', tokens=3)
+import gpuscope.api
+boot = sys.modules.get('_gpuscope_boot')
+print(json.dumps({'at_start': at_start, 'after': ours(),
+                  'heavy': sorted(m for m in ('duckdb', 'pyarrow', 'numpy', 'psutil', 'pandas', 'textual')
+                                  if m in sys.modules),
+                  'boot': boot.__file__ if boot else None, 'api_boot_is_the_one': gpuscope.api._boot is boot,
+                  'contract': sys.modules['_gpuscope_contract'].__file__}))
+"""
+
+
+@pytest.mark.parametrize("program", ["plain", "torch"])
+def test_the_child_loads_the_bootstrap_under_one_name_and_nothing_heavy(tmp_path: Path, program: str) -> None:
+    """Inside the program, gpuscope's bootstrap and contract are one module each, from the run's
+    private copy, whether the program imports gpuscope.api, torch, or both; and gpuscope brings
+    none of the store's or the CLI's packages into it."""
+    if program == "torch":
+        pytest.importorskip("torch")
+    db = tmp_path / "s.duckdb"
+    p = gpuscope(db, "run", "--json", "--no-analyze", "--profile-delay", "600", "--", PY, "-c", CHILD_MODULES,
+                 program)
+    assert p.returncode == 0, p.stderr
+    doc = json.loads(p.stdout[p.stdout.index("{"):])
+    child = json.loads(p.stderr[p.stderr.index('{"at_start"'):].splitlines()[0])  # run --json: child stdout -> stderr
+    boot_dir = Path(doc["run_dir"]) / "bootstrap"
+    # before the program imports anything, the bootstrap has loaded only the contract
+    assert child["at_start"] == ["_gpuscope_contract"]
+    assert child["after"] == sorted(["_gpuscope_boot", "_gpuscope_contract", "gpuscope", "gpuscope.api", "gpuscope.run",
+                                     "gpuscope.run.bootstrap"])
+    assert child["boot"] == str(boot_dir / "_gpuscope_boot.py") and child["api_boot_is_the_one"]
+    assert child["contract"] == str(boot_dir / "_gpuscope_contract.py")
+    if program == "plain":  # torch brings numpy of its own
+        assert child["heavy"] == []
+    assert doc["marks"] == 1
+
+
+def test_the_private_bootstrap_is_owner_only_and_holds_the_contract(tmp_path: Path) -> None:
+    from gpuscope.run import contract
+    from gpuscope.run.bootstrap import CHILD_FILES
+    from gpuscope.run.wrapper import ProfileConfig, child_env, private_bootstrap
+
+    run_dir = tmp_path / "run"
+    run_dir.mkdir(mode=0o700)
+    boot = private_bootstrap(run_dir)
+    assert boot == run_dir / contract.BOOTSTRAP_DIR and (boot.stat().st_mode & 0o777) == 0o700
+    assert sorted(p.name for p in boot.iterdir()) == ["_gpuscope_boot.py", "_gpuscope_contract.py", "sitecustomize.py"]
+    assert (boot / "_gpuscope_contract.py").read_text() == CHILD_FILES["_gpuscope_contract.py"].read_text()
+    env = child_env(run_dir, 7, ProfileConfig(delay_s=2.0), boot,
+                    base={"PYTHONPATH": "/a" + os.pathsep + os.pathsep + "/b", "KINETO_LOG_LEVEL": "3"})
+    assert env["PYTHONPATH"] == os.pathsep.join([str(boot), "/a", "/b"])
+    assert env["GPUSCOPE_RUN_DIR"] == str(run_dir) and env["GPUSCOPE_RUN_ID"] == "7"
+    assert json.loads(env["GPUSCOPE_PROFILE"]) == {"enabled": True, "delay_s": 2.0, "duration_s": 3.0, "windows": 1,
+                                                   "interval_s": 2.0}
+    assert contract.decode_profile(env["GPUSCOPE_PROFILE"])["interval_s"] == 2.0
+    assert env["VLLM_TORCH_PROFILER_DIR"] == str(run_dir / "traces") and env["KINETO_LOG_LEVEL"] == "3"
+    assert child_env(run_dir, 7, ProfileConfig(), boot, base={})["KINETO_LOG_LEVEL"] == "6"

@@ -29,7 +29,8 @@ def run(args: argparse.Namespace) -> int:
     """Run the command; returns the exit code."""
     from .. import store
     from ..analyzers.breakdown import analyze_run
-    from ..report import render_analysis
+    from ..render.analysis import render_analysis
+    from ..render.table import terminal_width
 
     db = db_path(args)
     ref, con = open_run_ref(db, args.run, name=args.name, announce=not args.json,
@@ -44,5 +45,5 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print_json(doc)
     else:
-        print(render_analysis(doc, top=args.top, wide=args.wide))
+        print(render_analysis(doc, top=args.top, wide=args.wide, width=terminal_width()))
     return EXIT_OK

@@ -52,15 +52,11 @@ def _quiet(line: str) -> None:
     pass
 
 
-def _short_flops(v: float) -> str:
-    return f"{v / 1e12:.4g}T" if v >= 1e12 else f"{v / 1e9:.3g}G"
-
-
 def _list(args: argparse.Namespace) -> int:
     from .. import store
+    from ..render.calibrate import render_calibrations
     from ..store.read import list_calibrations
     from .common import print_json
-    from ..report import fmt_ns_time, table
 
     db = db_path(args)
     cals: list[dict] = []
@@ -72,18 +68,8 @@ def _list(args: argparse.Namespace) -> int:
             con.close()
     if args.json:
         print_json(cals)
-        return 0
-    if not cals:
-        print("no calibrations stored yet (run `gpuscope calibrate`)")
-        return 0
-    rows = []
-    for c in cals:
-        flops = ", ".join(f"{d} {_short_flops(v)}" for d, v in c["flops_per_s"].items())
-        bw = f"{c['mem_bw_bytes_per_s'] / 1e9:,.1f}" if c["mem_bw_bytes_per_s"] else None
-        rows.append([c["id"], fmt_ns_time(c["measured_ns"]), c["host"], c["device_name"], c["spec_key"],
-                     c["backend"], flops, bw])
-    print(table(["id", "measured", "host", "device", "spec", "backend", "matmul FLOP/s", "copy GB/s"], rows,
-                "rlllllll"))
+    else:
+        print(render_calibrations(cals))
     return 0
 
 

@@ -81,6 +81,7 @@ def run(args: argparse.Namespace) -> int:
                                      parse_bytes, parse_count)
     from ..errors import InputError
     from .common import print_json
+    from ..render.ceiling import render_ceiling
     from ..specs import load_specs
 
     db = load_specs(args.specs)
@@ -107,28 +108,5 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print_json(result.to_json())
     else:
-        print(render(result))
+        print(render_ceiling(result))
     return 0
-
-
-def render(result: object) -> str:
-    """The text report: the arithmetic line by line, then the notes."""
-    from ..analyzers.ceiling import CeilingResult
-
-    assert isinstance(result, CeilingResult)
-    r = result
-    head = f"decode ceiling: {r.gpu_name} ({r.gpu})"
-    if r.num_gpus > 1:
-        head += f" × {r.num_gpus}"
-    head += f", batch {r.batch}, context {r.context} tokens"
-    out = [head]
-    width = max(len(k) for k, _ in r.explanation)
-    for k, v in r.explanation:
-        out.append(f"  {k:<{width}}  {v}")
-    if r.verdict:
-        out.append("")
-        out.append(f"verdict: {r.verdict.upper()}")
-    if r.notes:
-        out.append("")
-        out.extend(f"note: {n}" for n in r.notes)
-    return "\n".join(out)

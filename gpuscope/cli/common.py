@@ -10,7 +10,6 @@ Imports no command module (they import this one), and only the standard library 
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import os
 import sys
@@ -80,20 +79,11 @@ def db_path(args: argparse.Namespace) -> Path:
     return Path(args.db).expanduser() if getattr(args, "db", None) else default_db_path()
 
 
-def _json_default(o: Any) -> Any:
-    if isinstance(o, Path):
-        return str(o)
-    if hasattr(o, "item"):
-        return o.item()
-    return str(o)
-
-
 def print_json(doc: Any) -> None:
-    """Print one JSON document on stdout: indented for a terminal, compact (one line, and
-    written by the json module's C encoder, several times faster on a large report) for a
-    pipe or a file."""
-    indent = 1 if sys.stdout.isatty() else None
-    sys.stdout.write(json.dumps(doc, default=_json_default, ensure_ascii=False, indent=indent) + "\n")
+    """Print one JSON document on stdout: indented for a terminal, compact for a pipe or a file."""
+    from ..render.json import document
+
+    sys.stdout.write(document(doc, indent=1 if sys.stdout.isatty() else None) + "\n")
 
 
 def _looks_like_path(ref: str) -> bool:
@@ -102,13 +92,13 @@ def _looks_like_path(ref: str) -> bool:
 
 def _already_ingested(db: Path, ref: str) -> tuple[int, str] | None:
     """The newest complete run ingested from traces with the same content as ``ref``, if any."""
-    from .. import store, trace
+    from .. import ingest, store
 
     store.check_store_path(db)  # a --db that cannot be a store is its own error, before any work
     if not store.store_exists(db):
         return None
     try:
-        digest = trace.inputs_digest(trace.expand_paths([ref]))
+        digest = ingest.inputs_digest(ingest.expand_paths([ref]))
     except (InputError, OSError):
         return None  # the ingest that follows says what is wrong with it
     con = store.connect(db, read_only=True)
@@ -133,7 +123,7 @@ def open_run_ref(
     """:func:`run_ref_or_ingest`, and with ``keep_open`` the connection that wrote an ingested
     run (None when nothing was ingested): reading the run on it spares opening the store again."""
     if ref is not None and Path(ref).exists() and _looks_like_path(ref):
-        from .. import trace
+        from .. import ingest
 
         reused = _already_ingested(db, ref)
         if reused is not None:
@@ -141,8 +131,8 @@ def open_run_ref(
                   f"(gpuscope ingest makes a new run)", file=sys.stderr, flush=True)
             return str(reused[0]), None
 
-        result = trace.ingest(db, [ref], name=name, progress=trace.stderr_progress(sys.stderr.isatty()),
-                              keep_open=keep_open, max_inflate_ratio=max_inflate_ratio or trace.MAX_INFLATE_RATIO)
+        result = ingest.ingest(db, [ref], name=name, progress=ingest.stderr_progress(sys.stderr.isatty()),
+                               keep_open=keep_open, max_inflate_ratio=max_inflate_ratio or ingest.MAX_INFLATE_RATIO)
         if announce:
             print(f"ingested {ref} as run {result.run_id} '{result.name}'", file=sys.stderr, flush=True)
         return str(result.run_id), result.connection

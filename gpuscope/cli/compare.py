@@ -36,8 +36,9 @@ def run(args: argparse.Namespace) -> int:
     from .. import store
     from ..analyzers.breakdown import analyze_run
     from ..analyzers.compare import compare_docs
+    from ..render.compare import render_compare
+    from ..render.table import terminal_width
     from .common import db_path, print_json, run_ref_or_ingest
-    from ..report import render_compare
 
     db = db_path(args)
     ref_a = run_ref_or_ingest(db, args.run_a, announce=not args.json, max_inflate_ratio=args.max_inflate_ratio)
@@ -57,5 +58,5 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print_json(doc)
     else:
-        print(render_compare(doc, top=args.top, wide=args.wide))
+        print(render_compare(doc, top=args.top, wide=args.wide, width=terminal_width()))
     return 0

@@ -25,12 +25,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Run the command; returns the exit code."""
-    from .. import trace
-    from ..report import render_ingest
+    from .. import ingest
+    from ..render.ingest import render_ingest
 
-    progress = trace.stderr_progress(sys.stderr.isatty() and not args.quiet)
-    result = trace.ingest(db_path(args), args.paths, name=args.name, progress=progress, all_ops=args.all_ops,
-                          max_inflate_ratio=args.max_inflate_ratio or trace.MAX_INFLATE_RATIO)
+    progress = ingest.stderr_progress(sys.stderr.isatty() and not args.quiet)
+    result = ingest.ingest(db_path(args), args.paths, name=args.name, progress=progress, all_ops=args.all_ops,
+                           max_inflate_ratio=args.max_inflate_ratio or ingest.MAX_INFLATE_RATIO)
     doc = result.to_json()
     if args.json:
         print_json(doc)

@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from typing import Any
 
@@ -40,7 +39,8 @@ def run(args: argparse.Namespace) -> int:
     if not 0.01 <= args.interval <= 3600:
         raise InputError("--interval", f"must be between 0.01 and 3600 seconds, not {args.interval}")
     from ..collectors import ProcessTree, default_collectors
-    from ..sampler import RecordingSink, Sampler
+    from ..sampling import Sampler
+    from ..sinks import RecordingSink
 
     tree = ProcessTree(args.pid) if args.pid else None
     sink = RecordingSink(args.out, note=args.note)
@@ -75,7 +75,9 @@ def run(args: argparse.Namespace) -> int:
         "unavailable": {v.vendor: v.reason for v in sampler.unavailable},
     }
     if args.json:
-        sys.stdout.write(json.dumps(doc, indent=1) + "\n")
+        from ..render.json import ascii_document
+
+        sys.stdout.write(ascii_document(doc) + "\n")
     else:
         what = ", ".join(f"{d.key} ({d.name or d.vendor})" for d in sampler.devices)
         print(f"recorded {stats.ticks} ticks, {stats.rows} rows of {what} to {args.out}")

@@ -6,7 +6,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from .common import non_negative_int, positive_int
+from .common import db_path, non_negative_int, positive_int, print_json
 
 HELP = "run CMD with telemetry and profiler windows; store, analyze and summarize it"
 DESCRIPTION = (
@@ -60,10 +60,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Run the command; returns the child's exit code."""
-    from .common import db_path, print_json
     from ..errors import InputError
-    from ..report import render_run_summary
-    from ..runner import ProfileConfig, RunOptions, execute
+    from ..render.run_summary import render_run_summary
+    from ..render.table import terminal_width
+    from ..run.wrapper import ProfileConfig, RunOptions, execute
 
     cmd = list(args.cmd)
     if cmd and cmd[0] == "--":
@@ -87,5 +87,5 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print_json(summary)
     else:
-        print(render_run_summary(summary, top=args.top))
+        print(render_run_summary(summary, top=args.top, width=terminal_width()))
     return outcome.exit_code

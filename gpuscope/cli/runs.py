@@ -22,7 +22,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     """Run the command; returns the exit code."""
     from .. import store
-    from ..report import render_runs
+    from ..render.runs import render_runs
+    from ..render.table import terminal_width
 
     db = db_path(args)
     store.check_store_path(db)
@@ -39,5 +40,5 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print_json(runs)
     else:
-        print(render_runs(runs))
+        print(render_runs(runs, width=terminal_width()))
     return EXIT_OK

@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import argparse
-from typing import Any
 
 HELP = "the GPU spec database (peaks, bandwidth, ridge points, sources)"
 DESCRIPTION = (
@@ -23,8 +22,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Run the command; returns the exit code."""
-    from .common import print_json
+    from ..render.specs import entry_document, render_entry, render_table
     from ..specs import load_specs
+    from .common import print_json
 
     db = load_specs(args.specs)
     if args.gpu is None:
@@ -35,130 +35,7 @@ def run(args: argparse.Namespace) -> int:
         return 0
     spec = db.find(args.gpu)
     if args.json:
-        doc = spec.to_json()
-        ids = sorted({i for v in spec.sources.values() for i in v} | {m.source for m in spec.measured if m.source},
-                     key=_source_order)
-        doc["source_citations"] = {i: db.citation(i) for i in ids}
-        print_json(doc)
+        print_json(entry_document(spec, db))
     else:
         print(render_entry(spec, db))
     return 0
-
-
-def _source_order(i: str) -> tuple[int, int, str]:
-    digits = "".join(c for c in i if c.isdigit())
-    return (0 if i.startswith("S") else 1, int(digits) if digits else 0, i)
-
-
-def _t(x: float | None, scale: float = 1e12, fmt: str = "{:.4g}") -> str:
-    return "—" if x is None else fmt.format(x / scale)
-
-
-def render_table(db: Any) -> str:
-    """One line per entry: key, name, memory, bandwidth, 16/8-bit peaks, BF16 ridge, SM/CU."""
-    cols = ["key", "name", "mem GB", "TB/s", "BF16 TF/s", "FP16 TF/s", "FP8 TF/s", "BF16 ridge FLOP/B", "SM/CU"]
-    rows = []
-    for s in db.all():
-        cu = f"{s.compute_units} {s.compute_unit_kind or ''}".strip() if s.compute_units else "—"
-        ridge = s.ridge_flop_per_byte("bf16")
-        # fixed decimals so the column lines up on the decimal point
-        rows.append([s.key, s.name, _t(s.memory_bytes, 1e9, "{:g}"), _t(s.mem_bw_bytes_per_s, fmt="{:.2f}"),
-                     _t(s.peak_flops("bf16"), fmt="{:g}"), _t(s.peak_flops("fp16"), fmt="{:g}"),
-                     _t(s.peak_flops("fp8"), fmt="{:g}"), "—" if ridge is None else f"{ridge:.1f}", cu])
-    text = _table(cols, rows, "ll" + "r" * (len(cols) - 2))
-    footer = (f"{len(rows)} GPUs. Dense peaks (no sparsity); TF/s = 1e12 FLOP/s. "
-              "`gpuscope specs KEY` shows one entry with every dtype and its sources.")
-    if getattr(db, "files", ()):
-        footer += " User entries from: " + ", ".join(str(f) for f in db.files) + "."
-    return text + "\n" + footer
-
-
-def _table(cols: list[str], rows: list[list[str]], align: str) -> str:
-    widths = [max(len(c), *(len(r[i]) for r in rows)) if rows else len(c) for i, c in enumerate(cols)]
-
-    def line(cells: list[str]) -> str:
-        return "  ".join(c.ljust(w) if a == "l" else c.rjust(w) for c, w, a in zip(cells, widths, align)).rstrip()
-
-    return "\n".join([line(cols), line(["-" * w for w in widths])] + [line(r) for r in rows])
-
-
-def render_entry(s: Any, db: Any) -> str:
-    """One entry in full."""
-    from ..specs import DTYPES
-
-    out = [f"{s.name} ({s.key})"]
-
-    def kv(k: str, v: Any) -> None:
-        if v not in (None, "", [], ()):
-            out.append(f"  {k:<22} {v}")
-
-    kv("vendor", s.vendor)
-    kv("architecture", s.architecture)
-    kv("target", " / ".join(x for x in (s.arch_target, f"compute capability {s.compute_capability}"
-                                         if s.compute_capability else None) if x))
-    kv("form factor", s.form_factor)
-    kv("memory", None if s.memory_bytes is None else f"{s.memory_bytes / 1e9:g} GB {s.memory_type or ''}".rstrip())
-    kv("memory bandwidth", None if s.mem_bw_bytes_per_s is None else f"{s.mem_bw_bytes_per_s / 1e12:.4g} TB/s")
-    if s.host_link == "unified-memory":
-        kv("host link", "none: unified memory (host copies stay in device memory)")
-    elif s.host_link_label():
-        kv("host link", s.host_link_label() + (f", {s.host_link_bytes_per_s / 1e9:.1f} GB/s per direction"
-                                               if s.host_link_bytes_per_s else ""))
-    kv("SM/CU", None if s.compute_units is None else f"{s.compute_units} {s.compute_unit_kind or ''}".rstrip())
-    clock = None
-    if s.boost_clock_mhz:
-        clock = f"{s.boost_clock_mhz:g} MHz" + (f" (tensor peak at {s.tensor_clock_mhz:g} MHz)"
-                                                if s.tensor_clock_mhz and s.tensor_clock_mhz != s.boost_clock_mhz else "")
-    kv("boost clock", clock)
-    cache = None
-    if s.l2_cache_mb:
-        cache = f"L2 {s.l2_cache_mb:g} MB" + (f", {s.last_level_cache_kind or 'LLC'} {s.last_level_cache_mb:g} MB"
-                                               if s.last_level_cache_mb else "")
-    kv("cache", cache)
-    kv("TDP", None if s.tdp_w is None else f"{s.tdp_w:g} W")
-    if s.visible_as:
-        kv("seen by software as", f"{s.devices_per_package} × {s.visible_as}")
-    if s.part_of:
-        kv("part of", f"{s.part_of} (one of its devices)")
-    kv("reported names", "; ".join(s.names))
-    kv("aliases", ", ".join(s.aliases))
-    kv("PCI ids", ", ".join(s.pci_ids))
-    for pid, note in s.pci_id_notes.items():
-        kv(f"  {pid}", note)
-    out.append("")
-    out.append("  dtype         peak TFLOP/s   ridge FLOP/B")
-    for d in DTYPES:
-        peak = s.peak_flops(d)
-        ridge = s.ridge_flop_per_byte(d)
-        out.append(f"  {d:<12} {_t(peak, fmt='{:>12.5g}'):>12}   {'—' if ridge is None else f'{ridge:>11.1f}':>12}")
-    for k, v in s.peak_flops_per_s_other.items():
-        out.append(f"  {k:<12} {v / 1e12:>12.5g}   (not used for the roofline)")
-    if s.sparse_figures_as_published:
-        kv("sparse (as published)", s.sparse_figures_as_published)
-    if s.measured:
-        out.append("")
-        out.append("  measured (achievable):")
-        for m in s.measured:
-            frac = f" = {m.fraction_of_spec * 100:.1f}% of spec" if m.fraction_of_spec is not None else ""
-            out.append(f"    {m.metric}: {m.value:g} {m.unit}{frac} [{m.source}] {m.method or ''}".rstrip())
-    if s.derived:
-        out.append("")
-        out.append("  derived:")
-        out.extend(f"    {k}: {v}" for k, v in s.derived.items())
-    for title, items in (("notes", s.notes), ("where sources disagree", s.conflicts)):
-        if items:
-            out.append("")
-            out.append(f"  {title}:")
-            out.extend(f"    - {x}" for x in items)
-    out.append("")
-    out.append("  sources:")
-    for fld, ids in s.sources.items():
-        out.append(f"    {fld}: {', '.join(ids)}")
-    ids = sorted({i for v in s.sources.values() for i in v}, key=_source_order)
-    for i in ids:
-        cite = db.citation(i)
-        if cite:
-            out.append(f"    [{i}] {cite}")
-    if s.origin != "builtin":
-        out.append(f"  origin: {s.origin}")
-    return "\n".join(out)

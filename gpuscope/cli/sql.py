@@ -25,7 +25,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     """Run the command; returns the exit code."""
     from .. import user_query
-    from ..report import render_rows
+    from ..render.rows import render_rows
 
     columns, rows = user_query.run(db_path(args), args.query)
     if args.json:

@@ -1,0 +1,68 @@
+"""The ``gpuscope compare`` text report, from a comparison document (analyzers.compare)."""
+from __future__ import annotations
+
+from typing import Any
+
+from .analysis import BOUND_LABEL, bound_label, dims, roof_pct
+from .table import fmt_us, shorten, table, terminal_width, whole, wrap_prose
+
+
+def _ratio(r: float | None) -> str:
+    return "-" if r is None else f"{r:.2f}x"
+
+
+def render_compare(doc: dict[str, Any], top: int = 15, wide: bool = False, width: int | None = None) -> str:
+    """The ``gpuscope compare`` text report, fitted to ``width`` columns (default: the
+    terminal's); ``wide`` shows names and shapes whole."""
+    cut = whole if wide else shorten
+    w = terminal_width() if width is None else width
+    a, b = doc["a"], doc["b"]
+
+    def label(r: dict[str, Any]) -> str:
+        devs = ", ".join(sorted({d.get("spec") or d.get("name") or d["key"] for d in r["devices"]})) or "no GPU"
+        return f"run {r['id']} '{r['name']}' [{devs}]"
+
+    out = [f"A: {label(a)}", f"B: {label(b)}", "", "Totals (ratio = B / A; above 1: B takes longer)"]
+    t = doc["totals"]
+    rows = [(k, fmt_us(t[k]["a"]), fmt_us(t[k]["b"]), _ratio(t[k]["ratio"]))
+            for k in ("gpu_us", "compute", "communication", "memory", "idle", "matched_ops_us")]
+    rows[0] = ("GPU busy",) + rows[0][1:]
+    rows[-1] = ("matched ops",) + rows[-1][1:]
+    out.append(table(["", "A", "B", "B/A"], rows, "lrrr"))
+    ra, rb = t["roofline_us"]["a"], t["roofline_us"]["b"]
+    out.append(table(["compute by bound", "A", "B"],
+                     [(BOUND_LABEL[k], fmt_us(ra.get(k)), fmt_us(rb.get(k))) for k in
+                      ("compute_bound", "memory_bound", "latency_bound", "unknown")], "lrr"))
+    m = doc["matched"][:top]
+    if m:
+        out.append("")
+        out.append(f"Matched ops, largest differences first ({len(doc['matched'])} matched by name, shapes and dtypes)")
+        name_w = 28
+        out.append(table(
+            ["op", "input shapes", "A time", "A bound", "A roof", "B time", "B bound", "B roof", "B/A", "B-A"],
+            [(cut(x["name"], name_w), dims(x["input_dims"]),
+              fmt_us(x["a"]["kernel_us"]), bound_label(x["a"]), roof_pct(x["a"]),
+              fmt_us(x["b"]["kernel_us"]), bound_label(x["b"]), roof_pct(x["b"]),
+              _ratio(x["ratio"]), fmt_us(x["delta_us"])) for x in m],
+            "llrlrrlrrr", width=None if wide else w, drop=("A roof", "B roof", "B-A", "A bound", "B bound"),
+            flex="input shapes", flex_min=16,
+        ))
+    for side, key in (("A", "only_a"), ("B", "only_b")):
+        rows_only = doc[key][:top]
+        if rows_only:
+            total = sum(r["kernel_us"] for r in doc[key])
+            out.append("")
+            n = len(doc[key])
+            out.append(f"Only in {side}: {n} op signature{'' if n == 1 else 's'}, {fmt_us(total)}")
+            out.append(table(["op", "input shapes", "calls", "time", "bound"],
+                             [(cut(r["name"], 36), dims(r["input_dims"]), r["count"],
+                               fmt_us(r["kernel_us"]), BOUND_LABEL.get(r.get("bound"), "-")) for r in rows_only],
+                             "llrrl", width=None if wide else w, drop=("calls",), flex="input shapes", flex_min=16))
+    fam = doc["by_family"][:top]
+    if fam:
+        out.append("")
+        out.append("GPU time by kernel family (where each side spends its time)")
+        out.append(table(["family", "A", "B", "B/A", "B-A"],
+                         [(f["family"], fmt_us(f["a_us"]), fmt_us(f["b_us"]), _ratio(f["ratio"]), fmt_us(f["delta_us"]))
+                          for f in fam], "lrrrr"))
+    return wrap_prose(out, None if wide else w)
