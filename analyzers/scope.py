@@ -22,7 +22,7 @@ def graph_capture_exclusions(con: duckdb.DuckDBPyConnection, run_id: int) -> lis
     ingest counted them fall back to what the tables show: launches recorded inside a capture
     (``graph_launches``), kernels launched by ``*GraphLaunch``. Alone, a capture trace counts.
     """
-    from ..trace import GRAPH_EVENTS_KEY
+    from ..ingest import GRAPH_EVENTS_KEY
 
     rows = con.execute(
         f"""

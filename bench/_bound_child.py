@@ -4,8 +4,8 @@
     python bench/_bound_child.py TRACE
 
 Starts the interpreter, imports DuckDB as gpuscope does and opens a database, streams the
-trace once (gunzip, events copied out: :func:`gpuscope.trace.spool_events`, then cut into
-parts of a few MiB: :func:`gpuscope.trace.split_spool`), and has DuckDB's JSON reader parse
+trace once (gunzip, events copied out: :func:`gpuscope.ingest.read.spool_events`, then cut into
+parts of a few MiB: :func:`gpuscope.ingest.parse.split_spool`), and has DuckDB's JSON reader parse
 the events into the nine fields that even the bare time breakdown and the kernel-to-op link
 need (``ph``, ``cat``, ``name``, ``pid``, ``tid``, ``ts``, ``dur``, ``args.correlation``,
 ``args.External id``), on as many threads as gpuscope's ingest uses for that much JSON.
@@ -34,7 +34,9 @@ _COLUMNS = (
 def main() -> int:
     t0 = time.perf_counter()
     from gpuscope._db import duckdb
-    from gpuscope.trace import PARALLEL_JSON_BYTES, split_spool, spool_events
+    from gpuscope.ingest.parse import split_spool
+    from gpuscope.ingest.read import spool_events
+    from gpuscope.ingest.stage import PARALLEL_JSON_BYTES
 
     con = duckdb.connect(":memory:", config={"threads": 1})
     t1 = time.perf_counter()

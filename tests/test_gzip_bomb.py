@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from conftest import SHARED_TRACES, file_digest, kernel, run_cli, write_trace
-from gpuscope import trace
+from gpuscope.ingest import read
 
 
 def _bomb(path: Path, inflated_mib: int, prefix: bytes = b'{"traceEvents": [', suffix: bytes = b"]}") -> Path:
@@ -88,7 +88,7 @@ def test_the_flag_raises_the_limit(tmp_path: Path, tmpdir_watch: Path) -> None:
     assert r.code == 2 and "gzip bomb" in r.err
     r = run_cli("ingest", path, "--db", tmp_path / "s.duckdb", "-q", "--max-inflate-ratio", "5000")
     assert "gzip bomb" not in r.err and "Traceback" not in r.err
-    inp = trace._Input(path, max_inflate_ratio=5000)
+    inp = read._Input(path, max_inflate_ratio=5000)
     try:
         while inp.read():
             pass
@@ -128,13 +128,13 @@ def test_real_traces_are_far_below_the_ratio() -> None:
     files = sorted(SHARED_TRACES.rglob("*.gz")) if SHARED_TRACES.exists() else []
     files += sorted((Path(__file__).resolve().parents[1] / "fixtures").rglob("*.json.gz"))
     for f in files:
-        inp = trace._Input(f)
+        inp = read._Input(f)
         try:
             while inp.read():
                 pass
         finally:
             inp.close()
-        assert inp.inflated_bytes < trace.MAX_INFLATE_RATIO / 5 * f.stat().st_size, f
+        assert inp.inflated_bytes < read.MAX_INFLATE_RATIO / 5 * f.stat().st_size, f
 
 
 def _members(path: Path, member: bytes, copies: int, head: bytes = b"", tail: bytes = b"") -> Path:
@@ -176,14 +176,14 @@ def test_past_the_floor_a_real_ratio_passes_and_a_lowered_limit_refuses(tmp_path
     path = _members(tmp_path / "big.json.gz", block, 20, head=b'{"traceEvents": [',
                     tail=json.dumps(kernel("k", 0.0, 1.0)).encode() + b"]}")
     ratio = 20 * len(block) / path.stat().st_size
-    assert 5 < ratio < trace.MAX_INFLATE_RATIO / 4, ratio
-    inp = trace._Input(path)
+    assert 5 < ratio < read.MAX_INFLATE_RATIO / 4, ratio
+    inp = read._Input(path)
     try:
         while inp.read():
             pass
     finally:
         inp.close()
-    assert inp.inflated_bytes > 20 * len(block) > trace.INFLATE_MIN_BYTES
+    assert inp.inflated_bytes > 20 * len(block) > read.INFLATE_MIN_BYTES
 
     db = _existing_store(tmp_path)
     before = file_digest(db)
@@ -253,14 +253,14 @@ def test_ctrl_c_while_duckdb_parses_is_an_interrupt_not_an_error(tmp_path: Path,
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from gpuscope import trace
+from gpuscope.ingest import stage
 from gpuscope.cli import main
-real = trace.load_trace
+real = stage.load_trace
 def slow_load_trace(con, *args, **kwargs):
     Path({str(flag)!r}).write_text("x")
     con.execute("SELECT count(*) FROM range(1000000000000) t(i) WHERE i % 7 = 3").fetchall()
     return real(con, *args, **kwargs)
-trace.load_trace = slow_load_trace
+stage.load_trace = slow_load_trace
 sys.exit(main(["ingest", {str(t)!r}, "--db", {str(db)!r}, "-q"]))
 """
     code, err = _interrupt_child(script, tmpdir_watch, flag.exists)

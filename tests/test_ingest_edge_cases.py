@@ -273,10 +273,10 @@ def test_hip_runtime_names_and_amd_device(tmp_path, db) -> None:
 
 
 def test_streaming_handles_a_trace_bigger_than_the_chunk(tmp_path, db, monkeypatch) -> None:
-    import gpuscope.trace as trace
+    import gpuscope.ingest.read as read
 
-    monkeypatch.setattr(trace, "CHUNK_BYTES", 4096)
-    monkeypatch.setattr(trace, "TAIL_WINDOWS", (64, 8192, 1 << 20))
+    monkeypatch.setattr(read, "CHUNK_BYTES", 4096)
+    monkeypatch.setattr(read, "TAIL_WINDOWS", (64, 8192, 1 << 20))
     events = [kernel(f"k{i % 7}", float(i * 10), 5.0, corr=i) for i in range(3000)]
     path = write_trace(tmp_path / "big.json.gz", events, deviceProperties=[{"id": 0, "name": "NVIDIA A100"}],
                        baseTimeNanoseconds=1_700_000_000_000_000_000)
@@ -301,24 +301,24 @@ def test_cpu_fixture_of_the_example_workload(db) -> None:
 
 def _record_staging_limits(monkeypatch: pytest.MonkeyPatch) -> list[str | None]:
     """The memory limit of every staging attempt, in order (staging still runs for real)."""
-    import gpuscope.trace as trace
+    import gpuscope.ingest.stage as stage
 
     limits: list[str | None] = []
-    real = trace._stage_traces
+    real = stage._stage_traces
 
     def recording(paths, progress, optional, memory_limit, *rest):  # type: ignore[no-untyped-def]
         limits.append(memory_limit)
         return real(paths, progress, optional, memory_limit, *rest)
 
-    monkeypatch.setattr(trace, "_stage_traces", recording)
+    monkeypatch.setattr(stage, "_stage_traces", recording)
     return limits
 
 
 def test_staging_that_exceeds_its_memory_limit_is_redone_without_it(tmp_path, db, monkeypatch) -> None:
-    import gpuscope.trace as trace
+    import gpuscope.ingest.stage as stage
 
     limits = _record_staging_limits(monkeypatch)
-    monkeypatch.setattr(trace, "STAGING_MEMORY_LIMIT", "1MB")  # far below what the JSON reader needs
+    monkeypatch.setattr(stage, "STAGING_MEMORY_LIMIT", "1MB")  # far below what the JSON reader needs
     events = [kernel(f"k{i % 7}", float(i * 10), 5.0, corr=i) for i in range(2000)]
     path = write_trace(tmp_path / "t.json", events, deviceProperties=[{"id": 0, "name": "NVIDIA A100"}])
     doc = _analyze(path)
@@ -329,18 +329,18 @@ def test_staging_that_exceeds_its_memory_limit_is_redone_without_it(tmp_path, db
 
 
 def test_staging_within_its_memory_limit_runs_once(tmp_path, db, monkeypatch) -> None:
-    import gpuscope.trace as trace
+    import gpuscope.ingest.stage as stage
 
     limits = _record_staging_limits(monkeypatch)
     path = write_trace(tmp_path / "t.json", [kernel("k", 0.0, 5.0, corr=1)])
     assert _analyze(path)["counts"]["gpu_activities"] == 1
-    assert limits == [trace.STAGING_MEMORY_LIMIT]
+    assert limits == [stage.STAGING_MEMORY_LIMIT]
 
 
 def test_large_inputs_are_staged_with_several_threads(tmp_path, db, monkeypatch) -> None:
-    import gpuscope.trace as trace
+    import gpuscope.ingest.stage as stage
 
-    monkeypatch.setattr(trace, "PARALLEL_JSON_BYTES", 1)  # every input counts as large
+    monkeypatch.setattr(stage, "PARALLEL_JSON_BYTES", 1)  # every input counts as large
     events = [kernel(f"k{i % 5}", float(i * 10), 4.0, corr=i) for i in range(500)]
     doc = _analyze(write_trace(tmp_path / "t.json", events))
     assert doc["counts"]["gpu_activities"] == 500
@@ -349,7 +349,7 @@ def test_large_inputs_are_staged_with_several_threads(tmp_path, db, monkeypatch)
 
 
 def test_memory_limits_are_read_as_duckdb_writes_them() -> None:
-    from gpuscope.trace import _limit_bytes
+    from gpuscope.ingest.stage import _limit_bytes
 
     assert _limit_bytes("100MB") == 100_000_000 and _limit_bytes("1MB") == 1_000_000
     assert _limit_bytes("1.5GiB") == 3 << 29 and _limit_bytes("512 KiB") == 512 << 10
@@ -360,16 +360,16 @@ def test_memory_limits_are_read_as_duckdb_writes_them() -> None:
 def _spy_reads(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     """Record how many files (the whole spool, or its parts) each read of events was given, and
     still read them."""
-    import gpuscope.trace as trace
+    import gpuscope.ingest.parse as parse
 
     seen: list[int] = []
-    real = trace._insert_events
+    real = parse._insert_events
 
     def spy(con, trace_id, base_ns, spooled, files):
         seen.append(len(files))
         return real(con, trace_id, base_ns, spooled, files)
 
-    monkeypatch.setattr(trace, "_insert_events", spy)
+    monkeypatch.setattr(parse, "_insert_events", spy)
     return seen
 
 
@@ -396,7 +396,7 @@ def _comparable(doc: dict) -> dict:
 
 @pytest.mark.parametrize("odd_element", [False, True], ids=["typed", "lenient"])
 def test_events_read_in_parts_give_the_same_run(tmp_path, db, monkeypatch, odd_element) -> None:
-    import gpuscope.trace as trace
+    import gpuscope.ingest.parse as parse
 
     events = _mixed_events(300)
     if odd_element:  # a non-object element sends every part down the lenient reader
@@ -412,7 +412,7 @@ def test_events_read_in_parts_give_the_same_run(tmp_path, db, monkeypatch, odd_e
 
     whole = ingest_and_analyze()
     assert seen == [1]  # small: read whole
-    monkeypatch.setattr(trace, "SPOOL_PART_BYTES", 4096)
+    monkeypatch.setattr(parse, "SPOOL_PART_BYTES", 4096)
     in_parts = ingest_and_analyze()
     assert len(seen) == 2 and seen[1] > 10  # read once, in parts
     assert in_parts == whole
@@ -422,7 +422,7 @@ def test_events_read_in_parts_give_the_same_run(tmp_path, db, monkeypatch, odd_e
 
 
 def test_a_cut_that_is_not_between_events_falls_back_to_the_whole_spool(tmp_path, db, monkeypatch) -> None:
-    import gpuscope.trace as trace
+    import gpuscope.ingest.parse as parse
 
     # Objects inside a list inside args, written one per line: their separators look like the
     # separators between events, so some cuts land inside an event and the parts do not parse.
@@ -432,7 +432,7 @@ def test_a_cut_that_is_not_between_events_falls_back_to_the_whole_spool(tmp_path
         k["args"]["launches"] = [{"a": 1}, {"b": 2}, {"c": 3}]
         events.append(k)
     path = write_trace(tmp_path / "t.json", events)
-    monkeypatch.setattr(trace, "SPOOL_PART_BYTES", 2048)
+    monkeypatch.setattr(parse, "SPOOL_PART_BYTES", 2048)
     seen = _spy_reads(monkeypatch)
     doc = _analyze(path)
     assert seen[0] > 1 and seen[1:] == [1]  # the parts did not parse: the whole spool was read
@@ -440,13 +440,13 @@ def test_a_cut_that_is_not_between_events_falls_back_to_the_whole_spool(tmp_path
 
 
 def test_malformed_json_late_in_a_trace_read_in_parts(tmp_path, db, monkeypatch) -> None:
-    import gpuscope.trace as trace
+    import gpuscope.ingest.parse as parse
 
     path = write_trace(tmp_path / "t.json", _mixed_events(200))
     text = path.read_text()
     cut = text.rindex('"ampere_sgemm"')
     path.write_text(text[:cut] + '"ampere_sgemm" oops' + text[cut + len('"ampere_sgemm"'):])
-    monkeypatch.setattr(trace, "SPOOL_PART_BYTES", 4096)
+    monkeypatch.setattr(parse, "SPOOL_PART_BYTES", 4096)
     r = run_cli("ingest", path, "-q")
     assert r.code == 2 and r.err.startswith(f"gpuscope ingest: {path}: malformed JSON in the events")
     assert len(r.err.strip().splitlines()) == 1 and "part" not in r.err and not db.exists()
@@ -455,7 +455,7 @@ def test_malformed_json_late_in_a_trace_read_in_parts(tmp_path, db, monkeypatch)
 def test_split_spool_cuts_only_between_objects(tmp_path) -> None:
     import json
 
-    from gpuscope.trace import split_spool
+    from gpuscope.ingest.parse import split_spool
 
     events = [{"i": i, "s": "},\n{" if i % 2 else "x", "args": {"v": [1, 2]}} for i in range(500)]
     spool = tmp_path / "events.json"
@@ -469,7 +469,8 @@ def test_split_spool_cuts_only_between_objects(tmp_path) -> None:
 
 
 def test_ops_with_equal_times_link_the_same_on_one_thread_or_several(tmp_path, db, monkeypatch) -> None:
-    import gpuscope.trace as trace
+    import gpuscope.ingest.parse as parse
+    import gpuscope.ingest.stage as stage
 
     # A wrapper op and the op it wraps with the same ts and dur (µs resolution makes this
     # common: torch::distributed::reducer::mul_out around aten::mul). The launch belongs to the
@@ -484,16 +485,17 @@ def test_ops_with_equal_times_link_the_same_on_one_thread_or_several(tmp_path, d
             kernel("vectorized_elementwise_kernel", t + 10, 3.0, corr=i),
         ]
     path = write_trace(tmp_path / "t.json", events)
-    monkeypatch.setattr(trace, "SPOOL_PART_BYTES", 8192)
+    monkeypatch.setattr(parse, "SPOOL_PART_BYTES", 8192)
     one = _analyze(path)
-    monkeypatch.setattr(trace, "PARALLEL_JSON_BYTES", 1)  # several threads, parsing parts at once
+    monkeypatch.setattr(stage, "PARALLEL_JSON_BYTES", 1)  # several threads, parsing parts at once
     several = _analyze(path)
     assert {o["name"] for o in one["ops"]} == {"aten::mul"}  # every launch on the inner op
     assert _comparable(several) == _comparable(one)
 
 
 def test_a_full_temporary_folder(tmp_path, db, monkeypatch) -> None:
-    import gpuscope.trace as trace
+    import gpuscope.ingest.parse as parse
+    import gpuscope.ingest.read as read
 
     path = write_trace(tmp_path / "t.json", [kernel("k", i * 10.0, 5.0, corr=i) for i in range(3000)])
 
@@ -501,13 +503,13 @@ def test_a_full_temporary_folder(tmp_path, db, monkeypatch) -> None:
         raise OSError(28, "No space left on device")
 
     # No room for the parts: the spool is read whole, and the ingest goes through.
-    monkeypatch.setattr(trace, "SPOOL_PART_BYTES", 4096)
-    monkeypatch.setattr(trace, "_copy_range", no_space)
+    monkeypatch.setattr(parse, "SPOOL_PART_BYTES", 4096)
+    monkeypatch.setattr(parse, "_copy_range", no_space)
     seen = _spy_reads(monkeypatch)
     assert _analyze(path)["counts"]["gpu_activities"] == 3000 and seen == [1]
     # No room for the spool: one line that says where and what to do; the store is untouched.
     before = file_digest(db)
-    monkeypatch.setattr(trace.tempfile, "mkstemp", no_space)
+    monkeypatch.setattr(read.tempfile, "mkstemp", no_space)
     r = run_cli("ingest", path, "-q")
     assert r.code == 1 and len(r.err.strip().splitlines()) == 1 and "Traceback" not in r.err
     assert "cannot write a temporary copy of its events" in r.err and "TMPDIR" in r.err and str(path) in r.err
@@ -534,7 +536,7 @@ def test_spool_ahead_hands_over_spools_and_errors_in_order(tmp_path) -> None:
     """Files are spooled one ahead of the caller, in a thread: each take() gives that file's
     spool, or the error spooling it raised, in the order of the files."""
     from gpuscope.errors import InputError
-    from gpuscope.trace import SpoolAhead
+    from gpuscope.ingest.read import SpoolAhead
 
     good = write_trace(tmp_path / "a.json", [kernel("k", 1.0, 2.0)])
     bad = tmp_path / "b.json"
@@ -558,7 +560,7 @@ def test_spool_ahead_hands_over_spools_and_errors_in_order(tmp_path) -> None:
 def test_spool_ahead_close_stops_the_spool_under_way(tmp_path) -> None:
     import threading
 
-    from gpuscope.trace import SpoolAhead, SpoolStopped, spool_events
+    from gpuscope.ingest.read import SpoolAhead, SpoolStopped, spool_events
 
     big = write_trace(tmp_path / "big.json", [kernel(f"k{i}", i * 3.0, 2.0, corr=i) for i in range(40000)])
     assert big.stat().st_size > 4 * (1 << 20)  # several chunks of a MiB: a stop has a chance to land

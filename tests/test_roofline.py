@@ -16,7 +16,7 @@ from gpuscope.analyzers.roofline import (
     classify_by_name,
     classify_cost,
 )
-from gpuscope.trace import _align
+from gpuscope.ingest.link import _align
 
 from conftest import cpu_op, kernel, run_cli, runtime, shared_trace, write_trace
 

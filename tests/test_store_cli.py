@@ -68,7 +68,7 @@ def test_migration_from_an_empty_database(tmp_path) -> None:
 
 
 def test_failed_write_rolls_back(tmp_path, db, monkeypatch) -> None:
-    import gpuscope.trace as trace
+    import gpuscope.ingest.write as write
 
     _ingest(tmp_path, "first")
     path = write_trace(tmp_path / "t.json", [kernel("k", 0.0, 1.0)])
@@ -76,7 +76,7 @@ def test_failed_write_rolls_back(tmp_path, db, monkeypatch) -> None:
     def boom(*args, **kwargs):
         raise RuntimeError("disk full")
 
-    monkeypatch.setattr(trace, "_write_rows", boom)
+    monkeypatch.setattr(write, "_write_rows", boom)
     r = run_cli("ingest", path)
     assert r.code == 1 and "disk full" in r.err
     runs = run_cli("runs", "--json").json()

@@ -1,0 +1,371 @@
+"""Parse spooled events into rows: DuckDB's JSON reader turns the ``traceEvents`` array of one
+trace (spooled by :mod:`.read`) into the temporary table ``ev``, one row per event, classified
+(GPU activity, CPU op, runtime call, annotation, ignored, malformed), with the fields gpuscope
+uses pulled out of ``args`` and times in ns.
+
+The array is parsed in C++, in parts of a few MiB cut between events by :func:`split_spool`.
+Malformed events (not an object, no numeric ``ts``/``dur``, negative ``dur``) are counted and
+skipped; :func:`count_events` reports them and the events gpuscope ignores.
+"""
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from ..errors import GpuscopeError, InputError
+from .read import CHUNK_BYTES, SpooledTrace
+
+if TYPE_CHECKING:  # pragma: no cover
+    import duckdb
+
+# (column, key in the event or in its args, SQL conversion of the extracted text `{x}`)
+_FIELDS: tuple[tuple[str, str, str], ...] = (
+    ("ph", "ph", "{x}"),
+    ("cat", "cat", "{x}"),
+    ("name", "name", "{x}"),
+    ("ts_us", "ts", "TRY_CAST({x} AS DOUBLE)"),
+    ("dur_us", "dur", "TRY_CAST({x} AS DOUBLE)"),
+    ("pid", "pid", "{x}"),
+    ("tid", "tid", "{x}"),
+    ("ext_a", "args.External id", "TRY_CAST({x} AS BIGINT)"),
+    ("ext_b", "args.external id", "TRY_CAST({x} AS BIGINT)"),
+    ("correlation", "args.correlation", "TRY_CAST({x} AS BIGINT)"),
+    ("device", "args.device", "{x}"),
+    ("stream", "args.stream", "TRY_CAST({x} AS BIGINT)"),
+    ("grid", "args.grid", "TRY_CAST({x} AS INTEGER[])"),
+    ("block", "args.block", "TRY_CAST({x} AS INTEGER[])"),
+    ("registers", "args.registers per thread", "TRY_CAST({x} AS INTEGER)"),
+    ("shared_memory", "args.shared memory", "TRY_CAST({x} AS BIGINT)"),
+    ("occupancy_pct", "args.est. achieved occupancy %", "TRY_CAST({x} AS DOUBLE)"),
+    ("bytes", "args.bytes", "TRY_CAST({x} AS BIGINT)"),
+    ("input_dims", "args.Input Dims", "{x}"),
+    ("input_types", "args.Input type", "{x}"),
+    ("input_strides", "args.Input Strides", "{x}"),
+    ("concrete_inputs", "args.Concrete Inputs", "{x}"),
+    ("sequence_number", "args.Sequence number", "TRY_CAST({x} AS BIGINT)"),
+    ("launch_kernel", "args.kernel", "{x}"),
+)
+_FIELD_NAMES = tuple(f[0] for f in _FIELDS)
+#: The parsed fields as the staging table ``ev`` keeps them (the two spellings of External id
+#: are one column there; times are ``ts_ns`` / ``dur_ns``).
+_EV_COLUMNS = tuple(
+    "ext_id" if n == "ext_a" else n for n in _FIELD_NAMES if n not in ("ext_b", "ts_us", "dur_us")
+)
+#: Read as JSON text, so that only JSON numbers count as times: a string ("200") or a boolean
+#: ``ts``/``dur`` makes the event malformed, as the reference definition has it.
+_NUMERIC_TOP = ("ts", "dur")
+#: The staged events gpuscope uses (the others are only counted): they alone get times.
+USABLE_EVENTS = "cls IN ('gpu', 'op', 'runtime', 'annotation')"
+
+
+def sql_str(s: str) -> str:
+    """``s`` as a SQL string literal."""
+    return "'" + s.replace("'", "''") + "'"
+
+
+def _sql_ident(s: str) -> str:
+    return '"' + s.replace('"', '""') + '"'
+
+
+#: The index of the part (:func:`split_spool`) an event was read from; 0 for a whole spool.
+#: With ``rowid`` it gives the event's position in the trace: several threads may insert
+#: the parts' rows interleaved, but each part's rows in order.
+_PART_SQL = r"coalesce(TRY_CAST(regexp_extract(filename, '\.part(\d+)\.json$', 1) AS INTEGER), 0)"
+
+
+def _file_list(files: Sequence[Path]) -> str:
+    return "[" + ", ".join(sql_str(str(f)) for f in files) + "]"
+
+
+def _typed_source(files: Sequence[Path]) -> str:
+    """Events read by DuckDB into typed columns: the fast path. It fails on events that do not
+    fit the types (a non-object element, a string ``ts``, duplicate keys in ``args``, ...)."""
+    top = [k for _, k, _ in _FIELDS if not k.startswith("args.")]
+    arg_keys: list[str] = []
+    seen: set[str] = set()
+    for _, k, _ in _FIELDS:
+        # DuckDB struct fields are case-insensitive: "external id" comes from the lenient path.
+        if k.startswith("args.") and k[5:].lower() not in seen:
+            seen.add(k[5:].lower())
+            arg_keys.append(k[5:])
+    cols = [f"{k}: {sql_str('JSON' if k in _NUMERIC_TOP else 'VARCHAR')}" for k in top]
+    struct = ", ".join(f"{_sql_ident(k)} VARCHAR" for k in arg_keys)
+    cols.append(f"args: {sql_str(f'STRUCT({struct})')}")
+    sel = []
+    for name, key, _ in _FIELDS:
+        if not key.startswith("args."):
+            sel.append(f"{key} AS {name}")
+        elif key[5:] in arg_keys:
+            sel.append(f"args.{_sql_ident(key[5:])} AS {name}")
+        else:
+            sel.append(f"NULL AS {name}")
+    return (
+        f"SELECT 'OBJECT' AS jtype, {', '.join(sel)}, {_PART_SQL} AS part FROM read_json({_file_list(files)}, "
+        f"format='array', columns={{{', '.join(cols)}}}, maximum_object_size=16777216, filename=true)"
+    )
+
+
+def _lenient_source(files: Sequence[Path]) -> str:
+    """Events read as JSON text with every field pulled out by path: never fails on an event
+    that is valid JSON, whatever its shape."""
+    paths, sel = [], []
+    for name, key, _ in _FIELDS:
+        if key in _NUMERIC_TOP:  # as JSON text: a string "200" keeps its quotes and is no number
+            sel.append(f"json_extract(json, {sql_str('$.' + key)}) AS {name}")
+            continue
+        paths.append("$.args." + _sql_ident(key[5:]) if key.startswith("args.") else "$." + key)
+        sel.append(f"v[{len(paths)}] AS {name}")
+    plist = "[" + ", ".join(sql_str(p) for p in paths) + "]"
+    return (
+        f"SELECT json_type(json) AS jtype, {', '.join(sel)}, part FROM (SELECT json, json_extract_string(json, {plist}) "
+        f"AS v, {_PART_SQL} AS part FROM read_json_objects({_file_list(files)}, format='array', "
+        f"maximum_object_size=16777216, filename=true))"
+    )
+
+
+#: Categories of GPU activity, lower-cased. ``memcpy`` and ``memset`` are the names older
+#: Kineto (PyTorch 1.8-1.9) gave ``gpu_memcpy`` and ``gpu_memset`` (as ``Memcpy``/``Memset``,
+#: next to ``Kernel`` and ``Runtime``); Holistic Trace Analysis counts them as memory kernels.
+GPU_CATEGORIES = ("kernel", "gpu_memcpy", "gpu_memset", "memcpy", "memset")
+OP_CATEGORIES = ("cpu_op", "operator")
+ANNOTATION_CATEGORIES = ("user_annotation", "gpu_user_annotation")
+
+
+def _ns(ts: str, base: int) -> str:
+    # Split whole and fractional microseconds: absolute epoch µs (~1.7e15) times 1000 does not
+    # fit a double's 53 bits exactly, but each part does.
+    return (
+        f"({int(base)} + CAST(floor({ts}) AS BIGINT) * 1000 + "
+        f"CAST(round(({ts} - floor({ts})) * 1000) AS BIGINT))"
+    )
+
+
+def _insert_sql(trace_id: int, base_ns: int, source: str) -> str:
+    gpu = ", ".join(sql_str(c) for c in GPU_CATEGORIES)
+    ops = ", ".join(sql_str(c) for c in OP_CATEGORIES)
+    ann = ", ".join(sql_str(c) for c in ANNOTATION_CATEGORIES)
+    conv = ", ".join(c.format(x=name) + f" AS {name}" for name, _, c in _FIELDS if name not in ("ts_us", "dur_us"))
+    kept = ["coalesce(ext_a, ext_b) AS ext_id" if n == "ext_id" else n for n in _EV_COLUMNS]
+    return f"""
+INSERT INTO ev
+SELECT {trace_id} AS trace_id, cls, {', '.join(kept)},
+       CASE WHEN {USABLE_EVENTS} THEN {_ns('ts_us', base_ns)} END AS ts_ns,
+       CASE WHEN {USABLE_EVENTS} THEN CAST(round(dur_us * 1000) AS BIGINT) END AS dur_ns,
+       part
+FROM (
+  SELECT *,
+    CASE
+      WHEN jtype <> 'OBJECT' THEN 'malformed:not an object'
+      WHEN lc IN ({gpu}) OR lc IN ({ops}) OR lc IN ({ann}) OR lc LIKE '%runtime' OR lc LIKE '%driver' THEN
+        CASE WHEN coalesce(ph, 'X') NOT IN ('X', 'x') THEN 'ignored'
+             WHEN ts_us IS NULL OR NOT isfinite(ts_us) THEN 'malformed:no numeric ts'
+             WHEN dur_us IS NULL OR NOT isfinite(dur_us) THEN 'malformed:no numeric dur'
+             WHEN dur_us < 0 THEN 'malformed:negative dur'
+             WHEN lc IN ({gpu}) THEN 'gpu'
+             WHEN lc IN ({ops}) AND name LIKE 'ProfilerStep#%' THEN 'annotation'
+             WHEN lc IN ({ops}) THEN 'op'
+             WHEN lc IN ({ann}) THEN 'annotation'
+             ELSE 'runtime' END
+      ELSE 'ignored' END AS cls
+  FROM (
+    SELECT jtype, {conv}, TRY_CAST(ts_us::VARCHAR AS DOUBLE) AS ts_us, TRY_CAST(dur_us::VARCHAR AS DOUBLE) AS dur_us,
+           lower(cat) AS lc, part
+    FROM ({source})
+  )
+)"""
+
+
+#: ``cls`` as an ENUM (one byte a row instead of a 16-byte string slot): the parsed events are
+#: the largest thing ingest holds, so this lowers its peak (bench/README.md).
+EV_DDL = (
+    "CREATE TYPE ev_class AS ENUM ('gpu', 'op', 'runtime', 'annotation', 'ignored', 'malformed:not an object', "
+    "'malformed:no numeric ts', 'malformed:no numeric dur', 'malformed:negative dur'); "
+    "CREATE TEMP TABLE ev (trace_id INTEGER, cls ev_class, ph VARCHAR, cat VARCHAR, name VARCHAR, "
+    "pid VARCHAR, tid VARCHAR, ext_id BIGINT, correlation BIGINT, "
+    "device VARCHAR, stream BIGINT, grid INTEGER[], block INTEGER[], registers INTEGER, shared_memory BIGINT, "
+    "occupancy_pct DOUBLE, bytes BIGINT, input_dims VARCHAR, input_types VARCHAR, input_strides VARCHAR, "
+    "concrete_inputs VARCHAR, sequence_number BIGINT, launch_kernel VARCHAR, ts_ns BIGINT, dur_ns BIGINT, "
+    "part INTEGER)"
+)
+
+
+def time_base(header: dict[str, Any]) -> int:
+    """The trace's ``baseTimeNanoseconds`` (what its ``ts`` count from), 0 when it has none."""
+    base = header.get("baseTimeNanoseconds")
+    if isinstance(base, (int, float)) and not isinstance(base, bool) and base > 0:
+        return int(base)
+    return 0
+
+
+#: The events are handed to DuckDB's JSON reader as JSON arrays of about this size, cut from
+#: the spool. The reader holds a whole input file in its buffer, which raises the peak by more
+#: than the file's size (bench/README.md); parts bound that to a few MiB whatever the trace size.
+SPOOL_PART_BYTES = 4 << 20
+#: A separator between two objects that holds a newline. JSON strings cannot hold a raw
+#: newline, so every match is structural; it separates two events when the objects are at the
+#: array's top level, which a cut checks by parsing (a wrong cut fails and the whole spool is
+#: read instead). Compact one-line JSON has none and is read whole.
+_PART_CUT_RE = re.compile(rb"\}[ \t\r]*,[ \t\r]*\n[ \t\r\n]*\{")
+_CUT_WINDOW = 1 << 16
+
+
+def _copy_range(src_fd: int, dst_fd: int, offset: int, count: int) -> None:
+    """Copy ``count`` bytes at ``offset`` of ``src_fd`` to the end of ``dst_fd``, in the kernel
+    where it can."""
+    while count > 0:
+        try:
+            n = os.copy_file_range(src_fd, dst_fd, min(count, 1 << 30), offset)
+        except (AttributeError, OSError):
+            n = 0
+        if n <= 0:  # not supported here (or by this file system): copy through memory
+            data = os.pread(src_fd, min(count, CHUNK_BYTES), offset)
+            if not data:
+                raise OSError(f"unexpected end of spool at byte {offset}")
+            n = os.write(dst_fd, data)
+        offset += n
+        count -= n
+
+
+def split_spool(spool: Path, part_bytes: int | None = None) -> list[Path]:
+    """The events array in ``spool`` as several JSON arrays of about ``part_bytes`` (default
+    :data:`SPOOL_PART_BYTES`) each, cut between two events (files next to ``spool``, which is
+    left as it is). Returns ``[spool]`` when it is small or has no place to cut."""
+    part_bytes = part_bytes or SPOOL_PART_BYTES
+    size = spool.stat().st_size
+    if size < 2 * part_bytes or not hasattr(os, "pread"):  # (no pread: Windows)
+        return [spool]
+    cuts: list[tuple[int, int]] = []  # (end of a part: after its '}', start of the next: its '{')
+    fd = os.open(spool, os.O_RDONLY)
+    try:
+        pos = part_bytes
+        while pos < size - part_bytes // 2:
+            window = os.pread(fd, _CUT_WINDOW, pos)
+            m = _PART_CUT_RE.search(window)
+            if m is None:
+                if len(window) < _CUT_WINDOW:
+                    break
+                pos += _CUT_WINDOW - 256  # overlap, so a separator across the edge is found
+                continue
+            cuts.append((pos + m.start() + 1, pos + m.end() - 1))
+            pos = pos + m.end() - 1 + part_bytes
+        if not cuts:
+            return [spool]
+        parts: list[Path] = []
+        starts = [0] + [b for _, b in cuts]
+        ends = [a for a, _ in cuts] + [size]
+        try:
+            for i, (start, end) in enumerate(zip(starts, ends)):
+                path = spool.with_name(f"{spool.stem}.part{i}.json")
+                parts.append(path)
+                out = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+                try:
+                    if i:
+                        os.write(out, b"[")
+                    _copy_range(fd, out, start, end - start)
+                    if i < len(cuts):
+                        os.write(out, b"]")
+                finally:
+                    os.close(out)
+        except BaseException as exc:
+            for path in parts:
+                path.unlink(missing_ok=True)
+            if isinstance(exc, OSError):  # no room for the parts (disk full): read the spool whole
+                return [spool]
+            raise
+        return parts
+    finally:
+        os.close(fd)
+
+
+def load_trace(con: duckdb.DuckDBPyConnection, trace_id: int, spooled: SpooledTrace, base_ns: int) -> int:
+    """Parse the spooled events of one trace into the temp table ``ev`` (one row per event,
+    classified); returns the number of events. Tries DuckDB's typed reader first and falls back
+    to the lenient one for traces whose events do not fit its types. The spool is read in parts
+    (:func:`split_spool`) when it can be cut; if the parts do not parse, it is read whole."""
+    parts = split_spool(spooled.spool)
+    try:
+        if len(parts) > 1:
+            try:
+                return _insert_events(con, trace_id, base_ns, spooled, parts)
+            except InputError:  # a cut that was not between two events, or malformed JSON
+                pass  # (a failed INSERT leaves nothing behind)
+        return _insert_events(con, trace_id, base_ns, spooled, [spooled.spool])
+    finally:
+        for part in parts:
+            if part != spooled.spool:
+                part.unlink(missing_ok=True)
+
+
+def _insert_events(
+    con: duckdb.DuckDBPyConnection, trace_id: int, base_ns: int, spooled: SpooledTrace, files: Sequence[Path]
+) -> int:
+    """Read the events in ``files`` (one JSON array each) into ``ev``; returns how many went in."""
+    from .._db import duckdb
+
+    for source in (_typed_source, _lenient_source):
+        try:
+            return int(con.execute(_insert_sql(trace_id, base_ns, source(files))).fetchone()[0])
+        except duckdb.OutOfMemoryException:
+            raise  # left to stage_traces, which retries without its memory limit
+        except (duckdb.IOException, duckdb.InterruptException) as exc:
+            raise GpuscopeError(f"{spooled.source}: {str(exc).splitlines()[0]}") from None
+        except duckdb.Error as exc:
+            if source is _typed_source:
+                continue  # events that do not fit the typed reader: read them leniently
+            raise InputError(str(spooled.source), f"malformed JSON in the events ({_reader_error(exc, files)})") from None
+
+
+def _reader_error(exc: Exception, files: Sequence[Path]) -> str:
+    """DuckDB's JSON reader error as a user reads it: without the error class, the spool's
+    temporary file names or the trailing punctuation, and in words where its own are cryptic."""
+    msg = re.sub(r"^[A-Za-z ]*Error: ", "", str(exc).splitlines()[0]).strip().rstrip(".").strip()
+    for f in files:
+        msg = msg.replace(str(f), "traceEvents")
+    # "Malformed JSON in file "<part>", at byte B in record/value N: why": B and N count within
+    # one part of the spool, which means nothing to the user; the reason does
+    m = re.match(r'^Malformed JSON in file "traceEvents", at byte \d+ in record/value \d+: (.+)$', msg)
+    if m:
+        msg = m.group(1)
+    if msg == "input length is 0":
+        msg = "an empty element in the event array (a stray comma?)"
+    return msg
+
+
+#: Categories of accelerators that are not GPUs gpuscope models (their events are ingested).
+ACCELERATOR_PREFIXES = {"mtia": "MTIA", "xpu": "Intel XPU", "hpu": "Gaudi HPU", "privateuse1": "PrivateUse1"}
+
+
+def count_events(con: duckdb.DuckDBPyConnection) -> dict[str, Any]:
+    """Counts of the parsed events gpuscope does not use as rows: malformed ones by reason,
+    ignored ones by category, events of non-GPU accelerators, and runtime calls by API (HIP
+    or CUDA, which tells the vendor of a device without properties)."""
+    skipped: dict[str, int] = {}
+    ignored: dict[str, int] = {}
+    accel: dict[str, int] = {}
+    for cls, cat, ph, n in con.execute(
+        "SELECT cls, cat, ph, count(*) FROM ev WHERE cls NOT IN ('gpu', 'op', 'annotation') GROUP BY ALL"
+    ).fetchall():
+        if cls.startswith("malformed:"):
+            reason = cls.split(":", 1)[1]
+            skipped[reason] = skipped.get(reason, 0) + n
+            continue
+        if cls == "ignored":
+            label = cat if cat is not None else f"ph={ph}" if ph is not None else "no category"
+            ignored[label] = ignored.get(label, 0) + n
+        pretty = next((v for k, v in ACCELERATOR_PREFIXES.items() if cat and cat.lower().startswith(k)), None)
+        if pretty:
+            accel[pretty] = accel.get(pretty, 0) + n
+    hip, cuda = con.execute(
+        "SELECT count(*) FILTER (WHERE name LIKE 'hip%'), count(*) FILTER (WHERE name LIKE 'cu%') FROM ev WHERE cls = 'runtime'"
+    ).fetchone()
+    return {"skipped": skipped, "ignored": ignored, "accelerators": accel, "runtime_hip": hip, "runtime_cuda": cuda}
+
+
+def count_graph_events(con: duckdb.DuckDBPyConnection) -> dict[int, dict[str, int]]:
+    """Per trace, its events named ``*StreamBeginCapture`` and ``*GraphLaunch`` (any category)."""
+    return {int(t): {"stream_begin_capture": int(c), "graph_launch": int(g)} for t, c, g in con.execute(
+        "SELECT trace_id, count(*) FILTER (WHERE name LIKE '%StreamBeginCapture%'), "
+        "count(*) FILTER (WHERE name LIKE '%GraphLaunch%') FROM ev GROUP BY trace_id").fetchall()}

@@ -1,0 +1,204 @@
+"""Stage traces: spool (:mod:`.read`), parse (:mod:`.parse`) and link (:mod:`.link`) a run's
+trace files on one in-memory DuckDB, within a memory limit, with more threads for large inputs.
+Nothing here touches the store; :mod:`.write` writes what the staging tables hold.
+"""
+from __future__ import annotations
+
+import os
+import re
+import tempfile
+from collections.abc import Collection, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from ..errors import GpuscopeError, InputError
+from .link import link_kernels, split_events
+from .parse import EV_DDL, USABLE_EVENTS, count_events, count_graph_events, load_trace, sql_str, time_base
+from .progress import Progress, quiet
+from .read import MAX_INFLATE_RATIO, InflateLimitError, SpoolAhead
+
+if TYPE_CHECKING:  # pragma: no cover
+    import duckdb
+
+#: Absolute Kineto timestamps are epoch microseconds (> 1e15 since 2001); smaller values
+#: without ``baseTimeNanoseconds`` are relative to an unknown base.
+ABSOLUTE_US_THRESHOLD = 1e14
+
+#: Every temporary table ingest creates on its staging connection.
+STAGING_TABLES = (
+    "ev", "gpu", "rt", "capture_window", "captured", "op_stage", "annotation_stage", "op_by_ext", "rt_link",
+    "op_depth", "kernel_stage", "op_parent", "graph_stage", "op_launching", "graph_map", "dev_map",
+)
+
+
+@dataclass
+class TraceInfo:
+    """What ingest learned about one trace file."""
+
+    trace_id: int
+    path: str
+    form: str
+    size_bytes: int
+    json_bytes: int
+    events: int
+    base_time_ns: int
+    ts_relative: bool
+    rank: int | None
+    header: dict[str, Any]
+    #: Events named ``*StreamBeginCapture`` and ``*GraphLaunch`` (any category): design.md §4.2
+    #: leaves out a trace that only captures graphs beside one that launches them.
+    graph_events: dict[str, int] = field(default_factory=dict)
+
+
+def _rank(header: dict[str, Any]) -> int | None:
+    info = header.get("distributedInfo")
+    if isinstance(info, dict) and isinstance(info.get("rank"), int):
+        return int(info["rank"])
+    return None
+
+
+#: Inputs with at least this much JSON are parsed and linked with several threads (the parts of
+#: :func:`~.parse.split_spool` are parsed several at once); smaller ones with one. Below ~50 MB
+#: a second thread only costs memory; above it, it saves time (measurements in bench/README.md,
+#: "Where ingest's constants come from").
+PARALLEL_JSON_BYTES = 48 << 20
+
+
+def _staging_connection() -> duckdb.DuckDBPyConnection:
+    from .._db import duckdb
+
+    con = duckdb.connect(":memory:", config={"threads": 1})
+    tmp = Path(tempfile.gettempdir()) / "gpuscope-duckdb-spill"
+    con.execute(f"SET temp_directory = {sql_str(str(tmp))}")
+    return con
+
+
+#: DuckDB memory limit while staging with one thread (inputs under
+#: :data:`PARALLEL_JSON_BYTES`). Above it the staged events spill to a temporary
+#: directory instead of growing the process: a lower peak at no measurable cost in time, where
+#: tighter limits cost time (bench/README.md). An input that cannot be staged within it
+#: (DuckDB cannot spill everything) is staged again without a limit.
+STAGING_MEMORY_LIMIT = "100MB"
+
+
+def stage_traces(
+    paths: Sequence[Path], progress: Progress = quiet, optional: Collection[Path] = (),
+    max_inflate_ratio: float = MAX_INFLATE_RATIO,
+) -> tuple[duckdb.DuckDBPyConnection, list[TraceInfo], dict[str, Any]]:
+    """Spool, parse and link ``paths`` into staging tables of an in-memory DuckDB.
+
+    Files in ``optional`` (found by scanning a directory) that turn out not to be traces are
+    skipped with a note instead of failing the ingest. Returns the staging connection (tables
+    ``kernel_stage``, ``op_stage``, ``annotation_stage``), per-file information, and counts.
+    Nothing touches the store.
+    """
+    from .._db import duckdb
+
+    try:
+        staged = _stage_traces(paths, progress, optional, STAGING_MEMORY_LIMIT, max_inflate_ratio)
+        staged[0].execute("RESET memory_limit")  # the write to the store is not bounded
+        return staged
+    except duckdb.OutOfMemoryException:
+        progress(f"staging needs more than {STAGING_MEMORY_LIMIT} of memory: staging again without a limit")
+    try:
+        return _stage_traces(paths, progress, optional, None, max_inflate_ratio)
+    except duckdb.OutOfMemoryException as exc:
+        what = ", ".join(str(p) for p in paths)
+        raise GpuscopeError(f"{what}: {str(exc).splitlines()[0]}") from None
+
+
+def _stage_traces(
+    paths: Sequence[Path], progress: Progress, optional: Collection[Path], memory_limit: str | None,
+    max_inflate_ratio: float = MAX_INFLATE_RATIO,
+) -> tuple[duckdb.DuckDBPyConnection, list[TraceInfo], dict[str, Any]]:
+    ahead = SpoolAhead(paths, max_inflate_ratio)
+    try:
+        con = _staging_connection()
+        try:
+            if memory_limit:
+                con.execute(f"SET memory_limit = {sql_str(memory_limit)}")
+            return _stage_into(con, paths, progress, optional, memory_limit, ahead)
+        except BaseException:
+            con.close()
+            raise
+    finally:
+        ahead.close()
+
+
+def _limit_bytes(limit: str) -> int:
+    """Bytes in a DuckDB memory limit written as ``100MB``, ``1.5GiB``, ..."""
+    m = re.fullmatch(r"\s*([0-9.]+)\s*([KMGT]?)(i?)B?\s*", limit, re.IGNORECASE)
+    if not m:
+        raise ValueError(f"not a memory size: {limit!r}")
+    power = " KMGT".index(m.group(2).upper() or " ")
+    return int(float(m.group(1)) * (1024 if m.group(3) else 1000) ** power)
+
+
+def _stage_into(
+    con: duckdb.DuckDBPyConnection, paths: Sequence[Path], progress: Progress, optional: Collection[Path],
+    memory_limit: str | None, ahead: SpoolAhead,
+) -> tuple[duckdb.DuckDBPyConnection, list[TraceInfo], dict[str, Any]]:
+    con.execute(EV_DDL)
+    infos: list[TraceInfo] = []
+    not_traces: list[str] = []
+    json_total, parallel = 0, False
+    for index, path in enumerate(paths):
+        trace_id = len(infos)
+        progress(f"reading {path}")
+        try:
+            spooled = ahead.take(index)
+        except InputError as exc:
+            if path in optional and len(paths) > 1 and not isinstance(exc, InflateLimitError):
+                not_traces.append(f"{path.name} ({exc.message})")
+                continue
+            raise
+        base = time_base(spooled.header)
+        json_total += spooled.json_bytes
+        if json_total >= PARALLEL_JSON_BYTES:
+            if not parallel:
+                con.execute(f"SET threads = {max(1, min(4, os.cpu_count() or 1))}")
+                parallel = True
+            # Several threads hold more at once than one: the one-thread limit plus the
+            # input's size, rather than DuckDB's default (a share of RAM), which peaks
+            # higher for little speed (bench/README.md).
+            if memory_limit is not None:
+                con.execute(f"SET memory_limit = '{(_limit_bytes(memory_limit) + json_total) >> 20}MiB'")
+            else:
+                con.execute("RESET memory_limit")
+        try:
+            n = load_trace(con, trace_id, spooled, base)
+        finally:
+            spooled.spool.unlink(missing_ok=True)
+        if path in optional and len(paths) > 1:
+            usable = con.execute(
+                f"SELECT count(*) FROM ev WHERE trace_id = ? AND {USABLE_EVENTS}",
+                [trace_id],
+            ).fetchone()[0]
+            if not usable:
+                con.execute("DELETE FROM ev WHERE trace_id = ?", [trace_id])
+                not_traces.append(f"{path.name} (no trace events)")
+                continue
+        relative = base > 0
+        if not relative:
+            min_ts = con.execute(
+                # (no base: ts_ns is ts in µs times 1000)
+                f"SELECT min(ts_ns) FROM ev WHERE trace_id = ? AND {USABLE_EVENTS}",
+                [trace_id],
+            ).fetchone()[0]
+            relative = min_ts is not None and min_ts < ABSOLUTE_US_THRESHOLD * 1000
+        infos.append(
+            TraceInfo(trace_id, str(path), spooled.form, spooled.size_bytes, spooled.json_bytes, n,
+                      base, relative, _rank(spooled.header), spooled.header)
+        )
+    progress("linking kernels to launches and ops")
+    split_events(con)
+    counts = count_events(con)
+    graph_events = count_graph_events(con)
+    for info in infos:
+        info.graph_events = graph_events.get(info.trace_id, {"stream_begin_capture": 0, "graph_launch": 0})
+    # The parsed events are the largest thing held: free them before linking builds its own.
+    con.execute("DROP TABLE ev")
+    counts["not_traces"] = not_traces
+    counts["graph_replayed_kernels"], counts["graph_mapped_kernels"] = link_kernels(con)
+    return con, infos, counts
