@@ -16,6 +16,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from gpuscope.device import match_spec
+
 from .amd import AmdCollector, AmdSmiCliCollector, AmdSmiCollector
 from .base import (
     Collector,
@@ -97,8 +99,9 @@ def discover(collectors: Sequence[Collector] | None = None) -> tuple[list[Device
 
 
 def attach_specs(devices: Sequence[DeviceInfo]) -> None:
-    """Fill ``spec_key`` / ``spec_exact`` from the GPU spec database (``gpuscope.specs``) where
-    it knows the device; leaves them None when the database is missing or has no match."""
+    """Fill ``spec_key`` / ``spec_exact`` from the GPU spec database (through
+    :func:`gpuscope.device.match_spec`) where it knows the device; leaves them None when the
+    database is missing or has no match."""
     try:
         from gpuscope.specs import load_specs  # type: ignore[attr-defined]
 
@@ -109,18 +112,8 @@ def attach_specs(devices: Sequence[DeviceInfo]) -> None:
         if d.kind == "host" or d.spec_key is not None:
             continue
         try:
-            match = db.identify(name=d.name, pci_id=d.pci_device_id,
-                                memory_bytes=d.memory_total_bytes if d.kind == "gpu" else None)
-        except TypeError:
-            try:
-                match = db.identify(name=d.name)
-            except Exception:
-                match = None
+            match = match_spec(d.name, db=db, pci_id=d.pci_device_id,
+                               memory_bytes=d.memory_total_bytes if d.kind == "gpu" else None)
         except Exception:
             match = None
-        spec = getattr(match, "spec", None) if match is not None else None
-        key = getattr(spec, "key", None)
-        if key:
-            d.spec_key = str(key)
-            exact = getattr(match, "exact", None)
-            d.spec_exact = bool(exact) if exact is not None else None
+        d.set_spec(match)

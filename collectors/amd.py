@@ -112,3 +112,34 @@ class AmdCollector(Collector):
         if self.active is not None:
             self.active.close()
             self.active = None
+
+
+def device_clocks(pci_bus_id: str | None = None, index: int | None = None, *, amdsmi: ModuleType | Any | None = None
+                  ) -> dict[str, float]:
+    """One AMD GPU's gfx clock, power and temperature right now and its power cap, from one
+    reading of the amdsmi collector (the CLI is too slow for one reading): ``sm_clock_mhz``,
+    ``power_w``, ``temperature_c``, ``power_limit_w``. The GPU is found by its PCI bus id
+    (``0000:03:00.0``, or a prefix of it such as ``0000:03:``), else by amdsmi's ``index``. A
+    value amdsmi does not give is left out; {} without amdsmi or without the GPU. ``amdsmi``
+    injects a fake module (tests)."""
+    c = AmdSmiCollector(amdsmi, process_interval_s=1e9)
+    try:
+        devices = [d for d in c.open() if d.kind in ("gpu", "partition")]
+        dev = next((d for d in devices if pci_bus_id and (d.pci_bus_id or "").lower().startswith(pci_bus_id.lower())),
+                   None)
+        if dev is None and index is not None:
+            dev = next((d for d in devices if d.index == index), None)
+        if dev is None:
+            return {}
+        row = next((s for s in c.sample() if s.device == dev.key), None)
+    except Exception:  # amdsmi missing, or misbehaving: the reading is informative only
+        return {}
+    finally:
+        c.close()
+    out: dict[str, float] = {}
+    for key, metric in (("sm_clock_mhz", "sm_clock_mhz"), ("power_w", "power_w"), ("temperature_c", "temp_c"),
+                        ("power_limit_w", "power_limit_w")):
+        v = row.get(metric) if row is not None else None
+        if isinstance(v, (int, float)) and v >= 0:
+            out[key] = float(v)
+    return out

@@ -26,6 +26,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from gpuscope.device import DeviceIdentity
 from gpuscope.errors import GpuscopeError
 from gpuscope.metrics import GPU_METRIC_NAMES, HOST_METRIC_NAMES, METRIC_NAMES
 
@@ -62,31 +63,34 @@ class CollectorUnavailable(CollectorError):
         self.reason = reason
 
 
-@dataclass
-class DeviceInfo:
+#: The order of a device's fields in recordings and ``devices --json`` (the identity's fields
+#: sit among the others, where they always were).
+_DEVICE_JSON_FIELDS = ("key", "vendor", "kind", "name", "index", "uuid", "pci_bus_id", "pci_device_id",
+                       "memory_total_bytes", "compute_capability", "num_sms", "warp_size", "parent", "spec_key",
+                       "spec_exact", "source", "supported", "unsupported", "properties", "lost")
+
+
+@dataclass(kw_only=True)
+class DeviceInfo(DeviceIdentity):
     """One device a collector samples: a GPU, a MIG instance, an AMD partition, or the host.
 
-    ``key`` is unique within a sampler (``gpu0``, ``gpu0/mig1``, ``host``). ``supported`` lists
-    the metric names this device gives; ``unsupported`` maps every other metric of its scope to
-    the reason it is missing. ``properties`` holds vendor details (driver version,
-    architecture, MIG / partition mode, ...), JSON-serialisable.
+    Its identity (vendor, index, name, uuid, PCI bus id, spec key) is a
+    :class:`gpuscope.device.DeviceIdentity`; the rest is what a sampler needs. ``key`` is unique
+    within a sampler (``gpu0``, ``gpu0/mig1``, ``host``). ``supported`` lists the metric names
+    this device gives; ``unsupported`` maps every other metric of its scope to the reason it is
+    missing. ``properties`` holds vendor details (driver version, architecture, MIG / partition
+    mode, ...), JSON-serialisable.
     """
 
     key: str
     vendor: str
     kind: str = "gpu"  # gpu | mig | partition | host
-    name: str | None = None
-    index: int | None = None
-    uuid: str | None = None
-    pci_bus_id: str | None = None
     pci_device_id: str | None = None  # "0x2330"
     memory_total_bytes: int | None = None
     compute_capability: str | None = None
     num_sms: int | None = None
     warp_size: int | None = None
     parent: str | None = None
-    spec_key: str | None = None
-    spec_exact: bool | None = None
     source: str = "telemetry"
     supported: tuple[str, ...] = ()
     unsupported: dict[str, str] = field(default_factory=dict)
@@ -97,7 +101,7 @@ class DeviceInfo:
         """A JSON-serialisable dict (the form recordings and ``devices --json`` use)."""
         d = asdict(self)
         d["supported"] = list(self.supported)
-        return d
+        return {k: d[k] for k in _DEVICE_JSON_FIELDS}
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> DeviceInfo:

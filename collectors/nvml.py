@@ -843,3 +843,50 @@ def _running_processes(mod: Any, h: Any) -> list[Any]:
     for p in procs:  # a process can be both compute and graphics: count it once
         seen.setdefault(int(p.pid), p)
     return list(seen.values())
+
+
+# ------------------------------------------------------------------------------------------
+# one reading of one device's clocks (calibrate)
+# ------------------------------------------------------------------------------------------
+
+
+def device_clocks(uuid: str | None = None, index: int | None = None, *, nvml: ModuleType | Any | None = None
+                  ) -> dict[str, float]:
+    """One GPU's clocks, power and temperature right now and its limits, straight from NVML
+    (one init and shutdown): ``sm_clock_mhz``, ``power_w``, ``temperature_c``,
+    ``max_sm_clock_mhz``, ``power_limit_w``. The GPU is found by ``uuid`` (NVML's own form,
+    ``GPU-...``), else by NVML ``index``. A value NVML does not give is left out; {} without
+    NVML or without the GPU. ``nvml`` injects a pynvml-compatible module (tests)."""
+    if uuid is None and index is None:
+        return {}
+    try:
+        mod = nvml if nvml is not None else import_pynvml()
+        mod.nvmlInit()
+    except Exception:
+        return {}
+    out: dict[str, float] = {}
+    try:
+        h = mod.nvmlDeviceGetHandleByUUID(uuid) if uuid is not None else mod.nvmlDeviceGetHandleByIndex(index)
+        # (key, the query, its value in the key's unit): NVML gives mW and MHz
+        reads: tuple[tuple[str, Callable[[], Any], Callable[[Any], float]], ...] = (
+            ("sm_clock_mhz", lambda: mod.nvmlDeviceGetClockInfo(h, mod.NVML_CLOCK_SM), lambda v: v * 1.0),
+            ("power_w", lambda: mod.nvmlDeviceGetPowerUsage(h), lambda v: v * 1e-3),
+            ("temperature_c", lambda: mod.nvmlDeviceGetTemperature(h, mod.NVML_TEMPERATURE_GPU), lambda v: v * 1.0),
+            ("max_sm_clock_mhz", lambda: mod.nvmlDeviceGetMaxClockInfo(h, mod.NVML_CLOCK_SM), int),
+            ("power_limit_w", lambda: mod.nvmlDeviceGetEnforcedPowerLimit(h), lambda v: v / 1000.0),
+        )
+        for key, read, convert in reads:
+            try:
+                v = read()
+            except Exception:  # not supported on this GPU or driver
+                continue
+            if isinstance(v, (int, float)) and not isinstance(v, bool) and v >= 0:
+                out[key] = convert(v)
+    except Exception:  # no such GPU
+        pass
+    finally:
+        try:
+            mod.nvmlShutdown()
+        except Exception:
+            pass
+    return out

@@ -11,12 +11,13 @@ from pathlib import Path
 import pytest
 
 from conftest import file_digest, run_cli
+from fakes.fake_pynvml import FakeNvml
 
 torch = pytest.importorskip("torch")
 
 from gpuscope import calibrate, store  # noqa: E402
 from gpuscope.store import read  # noqa: E402
-from gpuscope.calibrate import Calibration, DeviceInfo, Measurement  # noqa: E402
+from gpuscope.calibrate import Calibration, CalibrationDevice, Measurement, kernels, sweep  # noqa: E402
 
 GPU = bool(torch.cuda.is_available())
 
@@ -33,7 +34,7 @@ def _rows(db: Path) -> list[dict]:
 
 def _fake(name: str, spec_key: str | None, measured_ns: int, bf16: float, bw: float, backend: str = "cuda",
           spec: object = None) -> Calibration:
-    dev = DeviceInfo(backend=backend, name=name, index=0, uuid=f"GPU-{name}", arch="9.0")
+    dev = CalibrationDevice(backend=backend, name=name, index=0, uuid=f"GPU-{name}", arch="9.0")
     ms = [Measurement(calibrate.METRIC_MATMUL, "bf16", bf16, "FLOP/s", "fake", {}),
           Measurement(calibrate.METRIC_MATMUL, "fp32", bf16 / 16, "FLOP/s", "fake", {}),
           Measurement(calibrate.METRIC_MEM_BW, None, bw, "B/s", "fake", {}),
@@ -182,7 +183,7 @@ def test_json_and_text_report_against_a_spec_entry() -> None:
 
 
 def test_spec_identification_uses_gpuscope_specs_when_present(monkeypatch: pytest.MonkeyPatch) -> None:
-    dev = DeviceInfo(backend="cuda", name="NVIDIA H100 80GB HBM3", index=0, memory_total_bytes=80 << 30,
+    dev = CalibrationDevice(backend="cuda", name="NVIDIA H100 80GB HBM3", index=0, memory_total_bytes=80 << 30,
                      compute_units=132)
     fake = types.ModuleType("gpuscope.specs")
     calls: list[dict] = []
@@ -196,7 +197,7 @@ def test_spec_identification_uses_gpuscope_specs_when_present(monkeypatch: pytes
     monkeypatch.setitem(sys.modules, "gpuscope.specs", fake)
     spec, note = calibrate.identify_spec(dev)
     assert spec.key == "h100-sxm" and calls[0]["name"] == "NVIDIA H100 80GB HBM3"
-    assert calibrate.identify_spec(DeviceInfo(backend="cpu", name="AMD EPYC"))[0] is None
+    assert calibrate.identify_spec(CalibrationDevice(backend="cpu", name="AMD EPYC"))[0] is None
     # no spec database at all: unidentified, not an error
     monkeypatch.setitem(sys.modules, "gpuscope.specs", None)
     assert calibrate.identify_spec(dev)[0] is None
@@ -206,10 +207,10 @@ def test_tf32_switch_is_restored() -> None:
     m = torch.backends.cuda.matmul
     attr = "fp32_precision" if hasattr(m, "fp32_precision") else "allow_tf32"
     before = getattr(m, attr)
-    with calibrate._Tf32(torch, True):
+    with kernels._Tf32(torch, True):
         assert getattr(m, attr) in ("tf32", True)
     assert getattr(m, attr) == before
-    with calibrate._Tf32(torch, False):
+    with kernels._Tf32(torch, False):
         assert getattr(m, attr) in ("ieee", False)
     assert getattr(m, attr) == before
 
@@ -263,13 +264,13 @@ def test_a_failed_measurement_is_exit_1_and_store_unchanged(db: Path, monkeypatc
     calibrate.write_calibration(con, _fake("Mystery GPU", None, 1, 1e12, 1e11))
     con.close()
     before = file_digest(db)
-    monkeypatch.setattr(calibrate, "_measure_memory", _boom)
+    monkeypatch.setattr(sweep, "_measure_memory", _boom)
     r = run_cli("calibrate", "--quick", "--cpu", "--db", db)
     assert r.code == 1 and "simulated device failure" in r.err.strip().splitlines()[-1] and "Traceback" not in r.err
     assert file_digest(db) == before
     monkeypatch.undo()
 
-    monkeypatch.setattr(calibrate, "_make_matmul", _boom)
+    monkeypatch.setattr(kernels, "_make_matmul", _boom)
     r = run_cli("calibrate", "--quick", "--cpu", "--seconds", "0.5", "--db", db, "-q", "--json")
     assert r.code == 1 and "no matmul could be measured" in r.err and r.out == ""
     assert file_digest(db) == before
@@ -279,7 +280,7 @@ def test_an_interrupted_calibration_writes_nothing(db: Path, monkeypatch: pytest
     def interrupt(*a: object, **k: object) -> None:
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(calibrate, "_make_matmul", interrupt)
+    monkeypatch.setattr(kernels, "_make_matmul", interrupt)
     r = run_cli("calibrate", "--quick", "--cpu", "--seconds", "0.5", "--db", db, "-q")
     assert r.code == 130 and not db.exists()
 
@@ -329,28 +330,28 @@ def test_gpu_device_out_of_range(db: Path) -> None:
 
 
 def test_fp8_and_tf32_support_decisions() -> None:
-    def dev(backend: str, cc: str = "9.0", gfx: str | None = None) -> DeviceInfo:
+    def dev(backend: str, cc: str = "9.0", gfx: str | None = None) -> CalibrationDevice:
         extra = {"compute_capability": cc}
         if gfx:
             extra["gcn_arch_name"] = gfx
-        return DeviceInfo(backend=backend, name="x", index=0, arch=gfx or cc, extra=extra)
+        return CalibrationDevice(backend=backend, name="x", index=0, arch=gfx or cc, extra=extra)
 
-    assert calibrate._fp8_support(torch, dev("cuda", "9.0")) == (torch.float8_e4m3fn, None)
-    assert calibrate._fp8_support(torch, dev("cuda", "8.9"))[1] is None
-    assert "8.9" in calibrate._fp8_support(torch, dev("cuda", "8.0"))[1]
-    assert calibrate._fp8_support(torch, dev("rocm", "9.4", "gfx942:sramecc+:xnack-")) == (torch.float8_e4m3fnuz, None)
-    assert calibrate._fp8_support(torch, dev("rocm", "9.5", "gfx950")) == (torch.float8_e4m3fn, None)
-    assert "gfx90a" in calibrate._fp8_support(torch, dev("rocm", "9.0", "gfx90a:sramecc+:xnack-"))[1]
-    assert calibrate._fp8_support(torch, DeviceInfo(backend="cpu", name="cpu"))[0] is None
-    assert "8.0" in calibrate._static_skip(torch, dev("cuda", "7.0"), "tf32")
-    assert calibrate._static_skip(torch, dev("cuda", "8.0"), "tf32") is None
+    assert kernels._fp8_support(torch, dev("cuda", "9.0")) == (torch.float8_e4m3fn, None)
+    assert kernels._fp8_support(torch, dev("cuda", "8.9"))[1] is None
+    assert "8.9" in kernels._fp8_support(torch, dev("cuda", "8.0"))[1]
+    assert kernels._fp8_support(torch, dev("rocm", "9.4", "gfx942:sramecc+:xnack-")) == (torch.float8_e4m3fnuz, None)
+    assert kernels._fp8_support(torch, dev("rocm", "9.5", "gfx950")) == (torch.float8_e4m3fn, None)
+    assert "gfx90a" in kernels._fp8_support(torch, dev("rocm", "9.0", "gfx90a:sramecc+:xnack-"))[1]
+    assert kernels._fp8_support(torch, CalibrationDevice(backend="cpu", name="cpu"))[0] is None
+    assert "8.0" in kernels._static_skip(torch, dev("cuda", "7.0"), "tf32")
+    assert kernels._static_skip(torch, dev("cuda", "8.0"), "tf32") is None
 
 
 def test_matmul_operands_for_every_dtype_run_on_the_cpu() -> None:
     # the calls the GPU path makes (torch.mm, torch._scaled_mm, torch._int_mm), on tiny shapes
     cpu = torch.device("cpu")
     for d in ("fp64", "fp32", "fp16", "bf16", "fp8", "int8"):
-        out = calibrate._make_matmul(torch, d, (32, 48, 64), cpu, torch.float8_e4m3fn)()
+        out = kernels._make_matmul(torch, d, (32, 48, 64), cpu, torch.float8_e4m3fn)()
         assert tuple(out.shape) == (32, 48), d
 
 
@@ -372,21 +373,23 @@ def test_gpu_code_path_on_a_fake_gpu(db: Path, monkeypatch: pytest.MonkeyPatch) 
     switching, events, spec lookup, telemetry) with torch.cuda faked and tensors on the CPU."""
     cuda = torch.cuda
     props = types.SimpleNamespace(name="NVIDIA H100 80GB HBM3", major=9, minor=0, total_memory=80 << 30,
-                                  multi_processor_count=132, uuid="8c3c2c5e-0000-1111-2222-333344445555")
+                                  multi_processor_count=132, uuid="b42dd28e-ffdd-8720-1df0-98bd8cdc05b1")
     for name, value in {
         "is_available": lambda: True, "device_count": lambda: 1, "current_device": lambda: 0,
         "get_device_properties": lambda i: props, "set_device": lambda d: None, "synchronize": lambda d=None: None,
         "mem_get_info": lambda d=None: (70 << 30, 80 << 30), "empty_cache": lambda: None,
         "is_bf16_supported": lambda *a: True, "Event": _FakeEvent,
-        "clock_rate": lambda i=None: 1980, "power_draw": lambda i=None: 512_000, "temperature": lambda i=None: 61,
     }.items():
         monkeypatch.setattr(cuda, name, value, raising=False)
     monkeypatch.setattr(torch.version, "hip", None, raising=False)
-    monkeypatch.setattr(calibrate, "_gpu_torch_device", lambda t, i: t.device("cpu"))
-    monkeypatch.setattr(calibrate, "GPU_SHAPES_QUICK", ((64, 64, 64), (128, 128, 128)))
-    monkeypatch.setattr(calibrate, "_WARM_SIZE", 64)
-    monkeypatch.setattr(calibrate, "FLUSH_BYTES", 128 << 20)
-    monkeypatch.setattr(calibrate, "GPU_COPY_BUFFER_BYTES", {False: 32 << 20, True: 32 << 20})
+    # clocks and limits come through collectors/ from NVML: GPU 0 of a recorded nvidia-smi dump
+    nvml = FakeNvml("nvml_h100x8_nvsmi_dump.json")
+    monkeypatch.setattr("gpuscope.collectors.nvml.import_pynvml", lambda: nvml)
+    monkeypatch.setattr(sweep, "_gpu_torch_device", lambda t, i: t.device("cpu"))
+    monkeypatch.setattr(sweep, "GPU_SHAPES_QUICK", ((64, 64, 64), (128, 128, 128)))
+    monkeypatch.setattr(kernels, "_WARM_SIZE", 64)
+    monkeypatch.setattr(kernels, "FLUSH_BYTES", 128 << 20)
+    monkeypatch.setattr(kernels, "GPU_COPY_BUFFER_BYTES", {False: 32 << 20, True: 32 << 20})
     fake_specs = types.ModuleType("gpuscope.specs")
     spec = types.SimpleNamespace(key="h100-sxm", peak_flops_per_s={"bf16": 989.4e12, "fp32": 66.9e12},
                                  mem_bw_bytes_per_s=3.35e12)
@@ -399,7 +402,11 @@ def test_gpu_code_path_on_a_fake_gpu(db: Path, monkeypatch: pytest.MonkeyPatch) 
     assert r.code == 0, r.err
     doc = r.json()
     assert doc["backend"] == "cuda" and doc["spec_key"] == "h100-sxm"
-    assert doc["device"]["uuid"] == "GPU-8c3c2c5e-0000-1111-2222-333344445555"
+    assert doc["device"]["uuid"] == "GPU-b42dd28e-ffdd-8720-1df0-98bd8cdc05b1"
+    assert doc["info"]["limits"] == {"power_limit_w": 700.0}  # the dump has no max clocks
+    assert doc["info"]["telemetry_end"] == {"sm_clock_mhz": 345.0, "power_w": pytest.approx(100.89),
+                                            "temperature_c": 30.0}
+    assert nvml.initialised == 0 and "nvmlDeviceGetHandleByUUID" in nvml.calls
     assert doc["device"]["compute_capability"] == "9.0" and doc["device"]["compute_units"] == 132
     measured = [x["dtype"] for x in doc["results"] if x["metric"] == "matmul_flops_per_s"]
     assert measured == ["bf16", "fp16", "fp32", "tf32", "fp8"] and doc["skipped"] == []
@@ -415,7 +422,7 @@ def test_gpu_code_path_on_a_fake_gpu(db: Path, monkeypatch: pytest.MonkeyPatch) 
     rows = _rows(db)
     assert {r["spec_key"] for r in rows} == {"h100-sxm"} and {r["backend"] for r in rows} == {"cuda"}
     info = json.loads(next(r["info"] for r in rows if r["dtype"] == "bf16"))
-    assert info["telemetry_after"] == {"sm_clock_mhz": 1980, "power_w": 512.0, "temperature_c": 61}
+    assert info["telemetry_after"] == {"sm_clock_mhz": 345.0, "power_w": pytest.approx(100.89), "temperature_c": 30.0}
     con = store.connect(db, read_only=True)
     try:
         m = read.latest_ceilings(con, spec_key="h100-sxm")
@@ -436,13 +443,13 @@ def test_identification_with_the_real_spec_database() -> None:
     specs = pytest.importorskip("gpuscope.specs")
     if not hasattr(specs, "load_specs"):
         pytest.skip("gpuscope.specs has no load_specs yet")
-    dev = DeviceInfo(backend="cuda", name="NVIDIA H100 80GB HBM3", index=0, arch="9.0",
+    dev = CalibrationDevice(backend="cuda", name="NVIDIA H100 80GB HBM3", index=0, arch="9.0",
                      memory_total_bytes=85_520_809_984, compute_units=132, extra={"compute_capability": "9.0"})
     spec, _ = calibrate.identify_spec(dev)
     assert spec is not None and spec.key
     assert calibrate.spec_peak(spec, calibrate.METRIC_MATMUL, "bf16") > 1e14
     assert calibrate.spec_peak(spec, calibrate.METRIC_MEM_BW, None) > 1e12
-    unknown, note = calibrate.identify_spec(DeviceInfo(backend="cuda", name="Mystery", index=0, arch="8.0",
+    unknown, note = calibrate.identify_spec(CalibrationDevice(backend="cuda", name="Mystery", index=0, arch="8.0",
                                                        memory_total_bytes=8 << 30, compute_units=10,
                                                        extra={"compute_capability": "8.0"}))
     assert unknown is None and note

@@ -462,7 +462,8 @@ def test_a_device_that_failed_the_timestamp_check_stays_on_the_host_clock() -> N
 def test_clock_fallback_is_in_the_sampler_stats_and_the_store(tmp_path: Path, db: Path) -> None:
     import duckdb
 
-    from gpuscope.sampler import MemorySink, Sampler, StoreSink
+    from gpuscope.sampling import Sampler
+    from gpuscope.sinks import MemorySink, StoreSink
 
     c = _cli_collector(_fake_amd_smi(tmp_path, "apu_all_na_watch"))  # its timestamp is from 2026-01-21
     sampler = Sampler([c], [MemorySink(), StoreSink(db, name="apu", flush_s=0.0)], interval_s=0.5, max_ticks=2)
@@ -499,3 +500,24 @@ def test_reserved_memory_is_none_on_amd_and_says_why(tmp_path: Path) -> None:
     assert cli.sample()[0].values.get("mem_reserved_bytes") is None
     assert dev.unsupported["mem_reserved_bytes"].startswith("amdsmi reports no driver-reserved memory")
     cli.close()
+
+
+# (bus id, index, what device_clocks gives) on the MI300X table: the first CPX partition by its
+# bus id, the same by index, a GPU that is not there
+@pytest.mark.parametrize("bus, index, expected", [
+    ("0000:0c:00.0", None, {"sm_clock_mhz": 2097.5, "power_w": 550.0, "temperature_c": 65.0, "power_limit_w": 750.0}),
+    (None, 0, {"sm_clock_mhz": 2097.5, "power_w": 550.0, "temperature_c": 65.0, "power_limit_w": 750.0}),
+    ("0000:99:", 7, {}),
+])
+def test_amd_device_clocks_of_one_gpu(bus: str | None, index: int | None, expected: dict) -> None:
+    from gpuscope.collectors.amd import device_clocks
+
+    fake = FakeAmdSmi("amdsmi_mi300x.json")
+    assert device_clocks(bus, index, amdsmi=fake) == expected
+
+
+def test_amd_device_clocks_without_amdsmi_is_empty(monkeypatch: pytest.MonkeyPatch) -> None:
+    from gpuscope.collectors.amd import device_clocks
+
+    monkeypatch.setattr("gpuscope.collectors.amd_smi_api.import_amdsmi", lambda *a, **k: (None, None, ["absent"]))
+    assert device_clocks("0000:0c:00.0", 0) == {}

@@ -394,3 +394,31 @@ def test_the_fake_memory_queries_behave_like_real_nvidia_ml_py(monkeypatch, v2: 
             query, why = _memory_query(mod, h)
             assert query == "v1" and "function not found" in why
         assert _mem(mod, h)["mem_used_bytes"] == 455 * MIB  # v1: the reservation counted as used
+
+
+# (table, uuid or None, index, what device_clocks gives): GPUs 0 and 1 of the recorded nvidia-smi
+# dump (no max clocks in it, so that value is left out), a hand-made A100, a UUID NVML does not know
+@pytest.mark.parametrize("table, uuid, index, expected", [
+    ("nvml_h100x8_nvsmi_dump.json", "GPU-b42dd28e-ffdd-8720-1df0-98bd8cdc05b1", None,
+     {"sm_clock_mhz": 345.0, "power_w": 100.89, "temperature_c": 30.0, "power_limit_w": 700.0}),
+    ("nvml_h100x8_nvsmi_dump.json", None, 1,
+     {"sm_clock_mhz": 345.0, "power_w": 82.81, "temperature_c": 30.0, "power_limit_w": 700.0}),
+    ("nvml_h100_a100.json", "GPU-5e1a7c2b-0000-4000-8000-000000000002", None,
+     {"sm_clock_mhz": 1410.0, "power_limit_w": 400.0}),
+    ("nvml_h100_a100.json", "GPU-not-here", None, {}),
+])
+def test_device_clocks_of_one_gpu(table: str, uuid: str | None, index: int | None, expected: dict) -> None:
+    from gpuscope.collectors.nvml import device_clocks
+
+    fake = FakeNvml(table)
+    got = device_clocks(uuid, index, nvml=fake)
+    assert set(got) >= set(expected) and {k: pytest.approx(v) for k, v in expected.items()} == \
+        {k: got[k] for k in expected}
+    assert "max_sm_clock_mhz" not in got and fake.initialised == 0  # NVML shut down again
+
+
+def test_device_clocks_without_nvml_is_empty() -> None:
+    from gpuscope.collectors.nvml import device_clocks
+
+    assert device_clocks("GPU-x", nvml=FakeNvml({"init_error": "DRIVER_NOT_LOADED", "devices": []})) == {}
+    assert device_clocks(None, None, nvml=FakeNvml("nvml_h100_a100.json")) == {}

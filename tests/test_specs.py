@@ -456,7 +456,7 @@ def test_spec_data_ships_in_the_wheel(tmp_path: Path) -> None:
     env.pop("GPUSCOPE_SPECS", None)
     p = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, env=env)
     assert p.returncode == 0, p.stderr
-    assert p.stdout.splitlines() == [str(target / "gpuscope" / "specs.py"), "mi300x"]
+    assert p.stdout.splitlines() == [str(target / "gpuscope" / "specs" / "__init__.py"), "mi300x"]
 
 
 def test_spec_type_is_frozen(specdb) -> None:
@@ -481,3 +481,26 @@ def test_small_things_a_careful_reader_trips_on(specdb) -> None:
     c = run_cli("ceiling", "--gpu", "mi300x", "--params", "700B", "--dtype", "fp16").out
     assert "does not fit in the 192.0 GB of one mi300x" in c and "one ×" not in c
     assert "on this GPU" not in c and "mi300x (published measurements)" in c
+
+
+def test_one_device_identity_for_collectors_and_calibrate() -> None:
+    """Collectors' devices and calibrated devices are DeviceIdentity; match_spec is the one way to
+    an entry, and the collectors' JSON keeps its field order (recordings, devices --json)."""
+    from gpuscope.calibrate import CalibrationDevice
+    from gpuscope.collectors import DeviceInfo, attach_specs
+    from gpuscope.device import DeviceIdentity, match_spec
+
+    d = DeviceInfo(key="gpu0", vendor="nvidia", name="NVIDIA H100 80GB HBM3", pci_device_id="0x2330",
+                   memory_total_bytes=85_520_809_984)
+    c = CalibrationDevice(backend="rocm", name="AMD Instinct MI300X")
+    assert isinstance(d, DeviceIdentity) and isinstance(c, DeviceIdentity) and c.vendor == "amd"
+    assert list(d.to_dict()) == ["key", "vendor", "kind", "name", "index", "uuid", "pci_bus_id", "pci_device_id",
+                                 "memory_total_bytes", "compute_capability", "num_sms", "warp_size", "parent",
+                                 "spec_key", "spec_exact", "source", "supported", "unsupported", "properties",
+                                 "lost"]
+    ident = match_spec(d.name, pci_id=d.pci_device_id, memory_bytes=d.memory_total_bytes)
+    attach_specs([d])
+    assert ident.spec is not None and (d.spec_key, d.spec_exact) == (ident.spec.key, ident.exact) == ("h100-sxm", True)
+    assert DeviceInfo.from_dict(d.to_dict()) == d
+    unknown = DeviceIdentity(vendor="nvidia", name="Mystery GPU")
+    assert not unknown.set_spec(match_spec(unknown.name)) and unknown.spec_key is None

@@ -231,6 +231,17 @@ class FakeNvml:
         _raise_if_error(self._dev(i).get("handle_error"))
         return _Handle(i)
 
+    def nvmlDeviceGetHandleByUUID(self, uuid: str | bytes) -> _Handle:
+        self.calls.append("nvmlDeviceGetHandleByUUID")
+        if not self.initialised:
+            raise NVMLError(ERROR_CODES["UNINITIALIZED"])
+        text = uuid.decode() if isinstance(uuid, bytes) else uuid
+        for i, d in enumerate(self.table.get("devices", [])):
+            if d.get("uuid") == text:
+                _raise_if_error(d.get("handle_error"))
+                return _Handle(i)
+        raise NVMLError(ERROR_CODES["NOT_FOUND"])
+
     # -- static ---------------------------------------------------------------------------
     def nvmlDeviceGetName(self, h: _Handle) -> str:
         if h.mig_slot is not None:
@@ -298,6 +309,9 @@ class FakeNvml:
 
     def nvmlDeviceGetClockInfo(self, h: _Handle, kind: int) -> int:
         return self._get(h, {1: "clock_sm", 2: "clock_mem"}[kind], "nvmlDeviceGetClockInfo")
+
+    def nvmlDeviceGetMaxClockInfo(self, h: _Handle, kind: int) -> int:
+        return self._get(h, {1: "max_clock_sm", 2: "max_clock_mem"}[kind], "nvmlDeviceGetMaxClockInfo")
 
     def nvmlDeviceGetCurrentClocksEventReasons(self, h: _Handle) -> int:
         return self._get(h, "throttle", "nvmlDeviceGetCurrentClocksEventReasons")

@@ -1,0 +1,63 @@
+"""Measured ("achievable") ceilings: what matmul and device memory really reach on this machine.
+
+``gpuscope calibrate`` runs :func:`measure` (torch matmuls over a small shape sweep, a large
+device-memory copy and a read-only reduction; on a GPU when torch sees one, else on the host
+CPU), then :func:`write_calibration` stores one calibration (one ``id``, one row per metric) in
+the ``ceilings`` table in a single transaction. Nothing touches the store until the measurement
+has finished, so a failed or interrupted calibration leaves it as it was.
+
+Rooms: :mod:`.results` (arguments and result types), :mod:`.devices` (the device's identity,
+spec entry and clocks, through :mod:`gpuscope.device` and ``collectors/``), :mod:`.kernels`
+(timers, the matmul and memory kernels), :mod:`.sweep` (:func:`measure`), :mod:`.report`
+(storing, the ``--json`` document and the text).
+
+The analysis side reads calibrations through the store's read layer
+(``gpuscope.store.read.latest_ceilings`` and ``list_calibrations``). See ``docs/calibrate.md``.
+
+torch is imported inside the functions that measure, never at module import.
+"""
+from __future__ import annotations
+
+from ..store.ceilings import METRIC_MATMUL, METRIC_MEM_BW, METRIC_MEM_READ, ROOF_DTYPES
+from .devices import cpu_model_name, gpu_clocks, identify_spec, spec_peak
+from .report import calibration_json, render_calibration, write_calibration
+from .results import (
+    BACKENDS,
+    DEFAULT_CPU_DTYPES,
+    DEFAULT_GPU_DTYPES,
+    DEFAULT_SECONDS,
+    METRICS,
+    UNITS,
+    Calibration,
+    CalibrationDevice,
+    Measurement,
+    check_seconds,
+    parse_dtypes,
+)
+from .sweep import measure
+
+__all__ = [
+    "BACKENDS",
+    "DEFAULT_CPU_DTYPES",
+    "DEFAULT_GPU_DTYPES",
+    "DEFAULT_SECONDS",
+    "METRICS",
+    "METRIC_MATMUL",
+    "METRIC_MEM_BW",
+    "METRIC_MEM_READ",
+    "ROOF_DTYPES",
+    "UNITS",
+    "Calibration",
+    "CalibrationDevice",
+    "Measurement",
+    "calibration_json",
+    "check_seconds",
+    "cpu_model_name",
+    "gpu_clocks",
+    "identify_spec",
+    "measure",
+    "parse_dtypes",
+    "render_calibration",
+    "spec_peak",
+    "write_calibration",
+]
