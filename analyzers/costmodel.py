@@ -19,6 +19,41 @@ The profiler (Kineto) records, for every CPU op, the shapes (``Input Dims``), th
 Everything here is a pure function of its arguments, imports only the standard library, and
 never raises on odd input: a call it cannot model (unknown op, missing or inconsistent shapes,
 unparsable JSON) gives ``None``. ``docs/costmodel.md`` lists every formula and convention.
+
+Map of this file: one registry of small models, read top to bottom. Each part starts with a
+``# <title>`` banner between two dashed lines (search for it); the first two are the machinery,
+the rest one op family each, and every family ends with its ``_register([...op names...],
+handler)`` lines, so the names a family covers sit next to its formulas.
+
+==========================================  ================================================
+banner                                      what it holds
+==========================================  ================================================
+``# dtypes``                                trace type names -> bytes per element, roof key
+``# parsing``                               ``_Call`` (one call's shapes, types, scalars),
+                                            broadcasting, promotion, ``_vector_roof`` /
+                                            ``_matrix_roof``, ``_cost``, ``_register``
+``# views, allocations``                    ``VIEW_OPS``, allocations: no data moved
+``# GEMM family``                           mm, addmm, bmm, baddbmm, matmul, linear,
+                                            scaled/int/cutlass mm, vLLM's GEMM
+``# convolution``                           conv of every backend, conv backward
+``# attention``                             SDPA variants, flash/efficient/aiter/FA3, causal
+                                            masking (``flops_executed``)
+``# elementwise``                           unary/binary/ternary tables, fills, factories
+``# copies, conversions, data movement``    copy_, clone, to, cat, index/gather/scatter, pad
+``# reductions``                            sum/mean/max..., topk, sort
+``# softmax``                               softmax, log_softmax, _safe_softmax
+``# norms``                                 layer/rms/group/batch norm
+``# vLLM / AITER / SGLang custom ops``      fused rms+add(+quant), act-and-mul, rotary,
+                                            KV-cache writes, fp8 quant
+``# entry point``                           ``covered_op_names``, :func:`op_cost`
+==========================================  ================================================
+
+To add a model: write ``def _name(call: _Call) -> OpCost | None`` in its family's part (a new
+family gets its own banner before ``# entry point``), read shapes and dtypes through ``call``,
+return ``None`` whenever they are missing or inconsistent, build the result with ``_cost(flops,
+bytes, roof_dtype, kind, model)``, register it under every op name it models with
+``_register``, then add a row to ``docs/costmodel.md`` and a hand-computed case to
+``tests/test_costmodel.py`` (check FLOPs against ``FlopCounterMode`` where torch has a formula).
 """
 from __future__ import annotations
 

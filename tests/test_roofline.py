@@ -9,6 +9,7 @@ import pytest
 
 from gpuscope.analyzers.families import kernel_family
 from gpuscope.analyzers.roofline import (
+    BOUNDS,
     LATENCY_KERNEL_US,
     LATENCY_WORK_US,
     NO_ROOF,
@@ -21,6 +22,16 @@ from gpuscope.ingest.link import _align
 from conftest import cpu_op, kernel, run_cli, runtime, shared_trace, write_trace
 
 H100ISH = Roof("test", "spec", {"bf16": 1e15, "fp32": 6e13}, 3e12)
+
+
+def test_bound_classes_have_one_definition() -> None:
+    """The bound classes live in roofline.py: the families' hints are among them, and the
+    analysis splits its compute time into exactly them."""
+    from gpuscope.analyzers import breakdown, families
+
+    assert BOUNDS == ("compute_bound", "memory_bound", "latency_bound", "unknown")
+    assert {hint for _, hint, _ in families._RULES if hint is not None} <= set(BOUNDS)
+    assert breakdown.BOUNDS is BOUNDS
 
 
 def test_gemm_above_ridge_is_compute_bound_with_exact_roof_numbers() -> None:
