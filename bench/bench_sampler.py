@@ -78,7 +78,8 @@ def part1(calls: int) -> dict[str, Any]:
 
 def part2(seconds: float) -> dict[str, Any]:
     from gpuscope.collectors import default_collectors, ProcessTree, ReplayCollector
-    from gpuscope.sampler import Sampler, StoreSink
+    from gpuscope.sampling import Sampler
+    from gpuscope.sinks import StoreSink
 
     out: dict[str, Any] = {}
     rec = REPO / "fixtures" / "recordings" / "synthetic_h100_a100.jsonl"
@@ -112,7 +113,8 @@ def part2(seconds: float) -> dict[str, Any]:
 
 def _decode_once(hz: float | None, args: argparse.Namespace, db: Path) -> float:
     from gpuscope.collectors import ProcessTree, default_collectors
-    from gpuscope.sampler import Sampler, StoreSink
+    from gpuscope.sampling import Sampler
+    from gpuscope.sinks import StoreSink
 
     cmd = [sys.executable, str(REPO / "examples" / "tiny_llm.py"), "--json", *args.workload_args]
     sampler = None

@@ -18,9 +18,16 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from ._bootstrap._gpuscope_boot import ENV_RUN_DIR, Window, append_jsonl, report, run_dir
+from .run.bootstrap import load_child_side
 
 __all__ = ["profile", "mark"]
+
+# The bootstrap under its one name (``_gpuscope_boot``): under ``gpuscope run`` the module the
+# run's bootstrap uses (its private copy), so marks and windows share its state; elsewhere
+# gpuscope's own file under the same name. Light: no torch, no store, no CLI.
+_boot = load_child_side()
+_contract = _boot.contract
+Window = _boot.Window
 
 
 @contextmanager
@@ -29,15 +36,16 @@ def profile(name: str = "profile", out_dir: str | Path | None = None) -> Iterato
     kernels when a GPU is present). Under ``gpuscope run`` the trace joins the run; otherwise
     it is written to ``out_dir`` (default ``./gpuscope-traces``). The window's trace path is
     ``window.path`` after the block."""
-    rd = run_dir()
-    d = Path(out_dir) if out_dir is not None else (rd / "traces" if rd is not None else Path("gpuscope-traces"))
+    rd = _boot.run_dir()
+    d = Path(out_dir) if out_dir is not None else (rd / _contract.TRACES_DIR if rd is not None
+                                                   else Path("gpuscope-traces"))
     window = Window(d, "".join(c if c.isalnum() or c in "-_" else "_" for c in name) or "profile")
     started = False
     try:
         window.start()
         started = True
     except Exception as exc:
-        report(f"gpuscope.profile({name!r}) could not start the profiler: {type(exc).__name__}: {exc}")
+        _boot.report(f"gpuscope.profile({name!r}) could not start the profiler: {type(exc).__name__}: {exc}")
     try:
         yield window
     finally:
@@ -45,7 +53,7 @@ def profile(name: str = "profile", out_dir: str | Path | None = None) -> Iterato
             try:
                 window.stop()
             except Exception as exc:
-                report(f"gpuscope.profile({name!r}) could not write its trace: {type(exc).__name__}: {exc}")
+                _boot.report(f"gpuscope.profile({name!r}) could not write its trace: {type(exc).__name__}: {exc}")
 
 
 def mark(name: str = "step", *, tokens: int | None = None, prompt_tokens: int | None = None,
@@ -57,7 +65,7 @@ def mark(name: str = "step", *, tokens: int | None = None, prompt_tokens: int | 
     and left out of the rates; without a phase, a mark with ``tokens`` is a decode step);
     ``step``: an optional step number; other keyword fields are kept as given. Does nothing
     outside ``gpuscope run``. Costs a few µs (one JSON line written to an open file)."""
-    if not os.environ.get(ENV_RUN_DIR):
+    if not os.environ.get(_contract.ENV_RUN_DIR):
         return
     try:
         record: dict[str, Any] = {"ts_ns": time.time_ns(), "pid": os.getpid(), "name": str(name)}
@@ -72,6 +80,6 @@ def mark(name: str = "step", *, tokens: int | None = None, prompt_tokens: int | 
         if fields:
             record["fields"] = {k: v if isinstance(v, (int, float, str, bool)) or v is None else str(v)
                                 for k, v in fields.items()}
-        append_jsonl("marks.jsonl", record)
+        _boot.append_jsonl(_contract.MARKS_FILE, record)
     except Exception as exc:
-        report(f"gpuscope.mark failed: {type(exc).__name__}: {exc}")
+        _boot.report(f"gpuscope.mark failed: {type(exc).__name__}: {exc}")

@@ -134,7 +134,9 @@ def test_profile_window_trace_is_owner_only(tmp_path: Path, umask: int, monkeypa
     """A window's trace is written inside the profiled program, under the program's umask: the
     folder gpuscope makes for it is 0700 and the trace 0600 all the same."""
     torch = pytest.importorskip("torch")
-    from gpuscope._bootstrap._gpuscope_boot import Window
+    from gpuscope.run.bootstrap import load_child_side
+
+    Window = load_child_side().Window
 
     monkeypatch.delenv("GPUSCOPE_RUN_DIR", raising=False)
     out_dir = tmp_path / "gpuscope-traces"

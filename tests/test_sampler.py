@@ -25,7 +25,8 @@ from gpuscope.collectors import (
     load_recording,
 )
 from gpuscope.errors import StoreError
-from gpuscope.sampler import MemorySink, RecordingSink, SampleBatch, Sampler, SamplerInfo, Sink, StoreSink
+from gpuscope.sampling import Sampler
+from gpuscope.sinks import MemorySink, RecordingSink, SampleBatch, SamplerInfo, Sink, StoreSink
 
 SYNTHETIC = FIXTURES / "recordings" / "synthetic_h100_a100.jsonl"
 
@@ -87,7 +88,7 @@ def test_cadence_does_not_drift() -> None:
 def test_tick_statistics_hold_bounded_memory(monkeypatch) -> None:
     # A day at 10 Hz is 864,000 ticks: the sampler keeps exact means and maxima but only the
     # newest PERCENTILE_WINDOW values for its percentiles.
-    from gpuscope import sampler as sampler_mod
+    from gpuscope import sampling as sampler_mod
 
     monkeypatch.setattr(sampler_mod, "PERCENTILE_WINDOW", 5)
     s = Sampler([Clocked()], [MemorySink()], interval_s=0.01, max_ticks=12)
@@ -461,3 +462,74 @@ def test_devices_says_which_memory_query_it_uses(monkeypatch) -> None:
     text = run_cli("devices", "--all-reasons").out
     assert "memory_query v1" in text
     assert "missing mem_reserved_bytes: the driver has no v2 memory query" in text
+
+
+@pytest.mark.parametrize("maxlen", [1, 7, 30, 100])
+def test_live_buffer_keeps_the_newest_samples_of_a_real_recording(maxlen: int) -> None:
+    """A recording played through the sampler into a LiveBuffer: each device's ring holds the
+    recording's last ``maxlen`` rows of that device, values and spacing as recorded."""
+    from gpuscope.sinks import LiveBuffer
+
+    orig = load_recording(SYNTHETIC)
+    live = LiveBuffer(maxlen=maxlen)
+    before = live.snapshot()
+    assert before.ticks == 0 and before.last_tick is None and before.samples == {} and before.devices == ()
+    s = Sampler([ReplayCollector(SYNTHETIC, realtime=False)], [live], interval_s=0.01)
+    s.start()
+    assert s.wait(20)
+    st = s.stop()
+    snap = live.snapshot()
+    assert snap.ticks == st.ticks == len(orig.ticks) == 30 and snap.last_tick == 29
+    assert [d.key for d in snap.devices] == ["gpu0", "gpu1", "host"] and snap.interval_s == 0.01
+    assert set(snap.samples) == {"gpu0", "gpu1", "host"}
+    for dev, got in snap.samples.items():
+        recorded = [r for tick in orig.ticks for r in tick if r["device"] == dev]
+        want = recorded[-maxlen:]
+        assert len(got) == min(maxlen, len(recorded))
+        assert [g.values for g in got] == [r["values"] for r in want]
+        # timestamps are moved to now, keeping the recorded spacing
+        assert [g.ts_ns - got[0].ts_ns for g in got] == [r["ts_ns"] - want[0]["ts_ns"] for r in want]
+    assert snap.latest()["gpu0"].values == [r for r in orig.ticks[-1] if r["device"] == "gpu0"][0]["values"]
+    assert live.latest().keys() == snap.latest().keys()
+    assert live.stats is st
+
+
+def test_live_buffer_snapshots_are_consistent_while_the_sampler_writes() -> None:
+    """A reader thread takes snapshots while the sampler's dispatch thread writes: each snapshot
+    is whole (every ring within its bound, oldest first, never half of a batch) and never
+    changes afterwards."""
+    import threading
+
+    from gpuscope.sinks import LiveBuffer
+
+    live = LiveBuffer(maxlen=5)
+    s = Sampler([ReplayCollector(SYNTHETIC, realtime=False, loop=True)], [live], interval_s=0.01, batch_s=0.01,
+                max_ticks=200)
+    snaps = []
+    stop = threading.Event()
+
+    def read() -> None:
+        while not stop.is_set():
+            snaps.append(live.snapshot())
+
+    reader = threading.Thread(target=read)
+    s.start()
+    reader.start()
+    assert s.wait(30)
+    s.stop()
+    stop.set()
+    reader.join()
+    assert len(snaps) > 10
+    frozen = [(sn.ticks, {k: [x.ts_ns for x in v] for k, v in sn.samples.items()}) for sn in snaps]
+    for sn in snaps:
+        for ring in sn.samples.values():
+            assert len(ring) <= 5
+            assert [x.ts_ns for x in ring] == sorted(x.ts_ns for x in ring)
+        # every device gets one row per tick in this recording: a whole batch or none of it
+        if sn.ticks >= 5:
+            assert {len(v) for v in sn.samples.values()} == {5}
+    assert [sn.ticks for sn in snaps] == sorted(sn.ticks for sn in snaps)
+    assert frozen == [(sn.ticks, {k: [x.ts_ns for x in v] for k, v in sn.samples.items()}) for sn in snaps]
+    assert live.snapshot().ticks == 200
+    with pytest.raises(ValueError):
+        LiveBuffer(maxlen=0)

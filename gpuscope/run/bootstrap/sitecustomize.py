@@ -3,7 +3,8 @@
 It chains to the ``sitecustomize`` that would have run without it, costs nothing when the
 program never imports torch, and never imports torch itself. Once the program has imported
 torch, a timer thread opens bounded profiler windows (delay, duration, count from
-``GPUSCOPE_PROFILE``). The PyTorch profiler records the ops of the thread that starts it, so
+``GPUSCOPE_PROFILE``; every name shared with the wrapper is in ``_gpuscope_contract``, a copy of
+``gpuscope/run/contract.py``). The PyTorch profiler records the ops of the thread that starts it, so
 windows are opened and closed on the main thread: the timer sends SIGUSR2 to it and a signal
 handler does the work between two bytecodes. Any failure is reported on stderr in one line
 and the program runs on.
@@ -27,13 +28,15 @@ def _chain() -> None:
 
 
 def _install() -> None:
-    cfg_text = os.environ.get("GPUSCOPE_PROFILE")
-    if not cfg_text or not os.environ.get("GPUSCOPE_RUN_DIR"):
-        return
-    import json
+    # The contract (a copy of gpuscope/run/contract.py) sits next to this file, under the one
+    # name every process uses for it.
+    import _gpuscope_contract as contract
 
-    cfg = json.loads(cfg_text)
-    if not cfg.get("enabled", True):
+    cfg_text = os.environ.get(contract.ENV_PROFILE)
+    if not cfg_text or not os.environ.get(contract.ENV_RUN_DIR):
+        return
+    cfg = contract.decode_profile(cfg_text)
+    if not cfg["enabled"]:
         return
     if "torch" in sys.modules:  # imported by another sitecustomize / .pth
         _on_torch(cfg)

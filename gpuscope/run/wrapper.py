@@ -1,15 +1,15 @@
 """``gpuscope run -- CMD``: run any command with telemetry sampling and, in its Python
 processes, bounded PyTorch profiler windows; store everything as one run; analyze it.
 
-The wrapper never changes the program: it puts the bootstrap (``gpuscope/_bootstrap``) first
-on the child's ``PYTHONPATH``, points ``VLLM_TORCH_PROFILER_DIR`` at the run directory unless
+The wrapper never changes the program: it puts a private copy of the bootstrap
+(:mod:`gpuscope.run.bootstrap`) first on the child's ``PYTHONPATH``, points ``VLLM_TORCH_PROFILER_DIR`` at the run directory unless
 set, starts the child in its own process group, forwards SIGINT/SIGTERM/SIGHUP/SIGQUIT to
 that group, and exits with the child's exit code. Telemetry goes to the store about once a
 second while the child runs (status ``recording``); if gpuscope itself is killed, the run
 stays ``recording`` with its owner pid in ``runs.info`` and readers show it as
 ``incomplete`` (``store.effective_status``). At the end the traces the child wrote are
 ingested into the run, the marks and profiler windows become annotations, and the run is
-analyzed.
+analyzed. Every variable and file name shared with the child is in :mod:`gpuscope.run.contract`.
 """
 from __future__ import annotations
 
@@ -28,12 +28,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .paths import user_umask
-from .redact import redact_command
-from .errors import GpuscopeError, InputError
-from ._bootstrap._gpuscope_boot import EVENTS_FILE, STOP_FILE
+from ..errors import GpuscopeError, InputError
+from ..paths import user_umask
+from ..redact import redact_command
+from . import contract
+from .bootstrap import CHILD_FILES
 
-BOOTSTRAP_DIR = Path(__file__).resolve().parent / "_bootstrap"
 FORWARDED_SIGNALS = ("SIGINT", "SIGTERM", "SIGHUP", "SIGQUIT")
 
 
@@ -48,9 +48,8 @@ class ProfileConfig:
     interval_s: float | None = None
 
     def to_env(self) -> str:
-        return json.dumps({"enabled": self.enabled, "delay_s": self.delay_s, "duration_s": self.duration_s,
-                           "windows": self.windows,
-                           "interval_s": self.interval_s if self.interval_s is not None else self.delay_s})
+        return contract.encode_profile(enabled=self.enabled, delay_s=self.delay_s, duration_s=self.duration_s,
+                                       windows=self.windows, interval_s=self.interval_s)
 
 
 @dataclass
@@ -98,30 +97,20 @@ def private_bootstrap(run_dir: Path) -> Path:
     """A copy of the bootstrap in the run's own directory (0700, like the run directory): what
     the child imports first cannot be swapped by another user, even where gpuscope is installed
     in a directory others can write."""
-    boot = run_dir / "bootstrap"
+    boot = run_dir / contract.BOOTSTRAP_DIR
     boot.mkdir(mode=0o700, exist_ok=True)
     os.chmod(boot, 0o700)
-    for src in BOOTSTRAP_DIR.glob("*.py"):
-        if src.name != "__init__.py":
-            shutil.copyfile(src, boot / src.name)
+    for name, src in CHILD_FILES.items():
+        shutil.copyfile(src, boot / name)
     return boot
 
 
-def child_env(run_dir: Path, run_id: int, profile: ProfileConfig, base: dict[str, str] | None = None,
-              bootstrap_dir: Path = BOOTSTRAP_DIR) -> dict[str, str]:
-    """The child's environment: the bootstrap first on PYTHONPATH, the run directory, the
-    profiler configuration, and vLLM's profiler directory unless already set."""
-    env = dict(os.environ if base is None else base)
-    parts = [str(bootstrap_dir)] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
-    env["PYTHONPATH"] = os.pathsep.join(parts)
-    env["GPUSCOPE_RUN_DIR"] = str(run_dir)
-    env["GPUSCOPE_RUN_ID"] = str(run_id)
-    env["GPUSCOPE_PROFILE"] = profile.to_env()
-    env.setdefault("VLLM_TORCH_PROFILER_DIR", str(run_dir / "traces"))
-    # Kineto prints "USDT: ... profiler_start/stop" on the program's stderr at every window,
-    # whatever its level below 6; set KINETO_LOG_LEVEL yourself to see Kineto's own messages.
-    env.setdefault("KINETO_LOG_LEVEL", "6")
-    return env
+def child_env(run_dir: Path, run_id: int, profile: ProfileConfig, bootstrap_dir: Path,
+              base: dict[str, str] | None = None) -> dict[str, str]:
+    """The child's environment (:func:`gpuscope.run.contract.child_environment`) around the
+    run's private bootstrap folder (:func:`private_bootstrap`)."""
+    return contract.child_environment(dict(os.environ if base is None else base), run_dir=str(run_dir),
+                                      run_id=run_id, profile=profile.to_env(), bootstrap_dir=str(bootstrap_dir))
 
 
 def default_run_name(command: list[str]) -> str:
@@ -171,9 +160,10 @@ def _new_run_dir(root: Path, base: str) -> Path:
 def execute(opts: RunOptions, progress: Any = None) -> RunOutcome:
     """Run the command as a recorded run; returns when the child has exited and the run is
     stored (and analyzed unless ``opts.analyze`` is False)."""
-    from . import store
-    from .collectors import ProcessTree, default_collectors
-    from .sampler import MemorySink, Sampler, StoreSink
+    from .. import store
+    from ..collectors import ProcessTree, default_collectors
+    from ..sampling import Sampler
+    from ..sinks import LiveBuffer, StoreSink
 
     say = progress or (lambda msg: None)
     _check_command(opts.command)
@@ -181,10 +171,10 @@ def execute(opts: RunOptions, progress: Any = None) -> RunOutcome:
         raise InputError("--hz", f"{opts.hz:g} is outside 0 < hz <= 100")
     name = opts.name or default_run_name(opts.command)
     tree = ProcessTree([])
-    live = MemorySink(maxlen=4)
+    live = LiveBuffer(maxlen=4)
     sink = StoreSink(opts.db, name=name, command=redact_command(opts.command), source="run", final_status=None)
     if opts.replay is not None:
-        from .collectors import HostCollector, ReplayCollector
+        from ..collectors import HostCollector, ReplayCollector
 
         if not Path(opts.replay).is_file():
             raise InputError(str(opts.replay), "no such recording file")
@@ -199,7 +189,7 @@ def execute(opts: RunOptions, progress: Any = None) -> RunOutcome:
     sampler.start()
     run_id = int(sink.run_id)  # type: ignore[arg-type]
     run_dir = _new_run_dir(_runs_root(opts.db), f"{run_id}-{name}")
-    for folder in (run_dir.parent, run_dir, run_dir / "traces"):
+    for folder in (run_dir.parent, run_dir, run_dir / contract.TRACES_DIR):
         folder.mkdir(mode=0o700, parents=True, exist_ok=True)
     os.chmod(run_dir, 0o700)
     boot = private_bootstrap(run_dir)
@@ -232,7 +222,7 @@ def execute(opts: RunOptions, progress: Any = None) -> RunOutcome:
             # Tell the bootstrap that exit has begun before the child hears of it: no profiler
             # window opens from now on (an open one is closed and written at exit).
             try:
-                (run_dir / STOP_FILE).touch()
+                (run_dir / contract.STOP_FILE).touch()
             except OSError:
                 pass
             say(f"{signal.Signals(signum).name} passed on to the program; waiting for it to exit"
@@ -277,20 +267,21 @@ def _store(opts: RunOptions, say: Any, sampler: Any, degraded: list[Any], run_id
     summary: dict[str, Any] = {"run_id": run_id, "exit_code": code, "run_dir": str(run_dir),
                                "sampler": stats.to_dict(), "replay": str(opts.replay) if opts.replay else None}
     # Only finished traces: a window's export in progress (`.tmp`, `.part`) is left out.
-    traces = sorted(p for p in (run_dir / "traces").rglob("*") if p.is_file() and p.name.endswith((".json", ".json.gz")))
+    traces = sorted(p for p in (run_dir / contract.TRACES_DIR).rglob("*")
+                    if p.is_file() and p.name.endswith(contract.TRACE_SUFFIXES))
     ingest_error = None
     if traces:
-        from . import trace
+        from .. import ingest
 
         try:
-            trace.ingest(opts.db, traces, into_run=run_id)
+            ingest.ingest(opts.db, traces, into_run=run_id)
         except (InputError, GpuscopeError) as exc:
             ingest_error = str(exc)
             say(f"could not ingest the traces: {exc}")
-    windows = _read_jsonl(run_dir / "windows.jsonl")
-    marks = _read_jsonl(run_dir / "marks.jsonl")
+    windows = _read_jsonl(run_dir / contract.WINDOWS_FILE)
+    marks = _read_jsonl(run_dir / contract.MARKS_FILE)
     _finish(opts.db, run_id, "complete", code, ended_ns, started_ns, _annotation_rows(run_id, windows, marks))
-    events = _read_jsonl(run_dir / EVENTS_FILE)
+    events = _read_jsonl(run_dir / contract.EVENTS_FILE)
     summary.update(traces=[str(p) for p in traces], windows=windows, marks=len(marks), ingest_error=ingest_error,
                    interrupted={"signal": signal.Signals(stops[0][0]).name, "ts_ns": stops[0][1]} if stops else None,
                    profiler={"enabled": opts.profile.enabled,
@@ -301,7 +292,7 @@ def _store(opts: RunOptions, say: Any, sampler: Any, degraded: list[Any], run_id
 
 def _gpus_only(path: Path) -> Any:
     """The recording at ``path`` without its host device and rows."""
-    from .collectors.replay import Recording, load_recording
+    from ..collectors.replay import Recording, load_recording
 
     rec = load_recording(path)
     hosts = {d.key for d in rec.devices if d.kind == "host"}
@@ -441,7 +432,7 @@ def _read_jsonl(path: Path) -> list[dict[str, Any]]:
 @contextmanager
 def _writing(db: Path) -> Iterator[Any]:
     """One short write transaction on the store (the sampler has flushed and let go of it)."""
-    from . import store
+    from .. import store
 
     con = store.connect(db, retry_s=10.0)
     try:
@@ -452,7 +443,7 @@ def _writing(db: Path) -> Iterator[Any]:
 
 
 def _update_info(db: Path, run_id: int, extra: dict[str, Any]) -> None:
-    from .store import runs
+    from ..store import runs
 
     with _writing(db) as con:
         runs.merge_info(con, run_id, extra)
@@ -461,11 +452,12 @@ def _update_info(db: Path, run_id: int, extra: dict[str, Any]) -> None:
 def _finish(db: Path, run_id: int, status: str, code: int | None, ended_ns: int, started_ns: int | None = None,
             annotations: list[tuple[Any, ...]] | None = None) -> None:
     """Close the run (status, exit code, end) and store its annotations, in one transaction."""
-    from .store import runs
+    from ..sinks.store import write_annotations
+    from ..store import runs
 
     with _writing(db) as con:
         if annotations:
-            con.executemany("INSERT INTO annotations VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", annotations)
+            write_annotations(con, annotations)
         runs.finish(con, run_id, status, ended_ns, exit_code=code, started_ns=started_ns)
 
 
@@ -486,9 +478,9 @@ def _annotation_rows(run_id: int, windows: list[dict[str, Any]], marks: list[dic
 
 
 def _analyze(db: Path, run_id: int, tokens: int | None) -> dict[str, Any]:
-    from . import store
-    from .analyzers.breakdown import analyze_run
-    from .analyzers.energy import run_telemetry, telemetry_by_bound
+    from .. import store
+    from ..analyzers.breakdown import analyze_run
+    from ..analyzers.energy import run_telemetry, telemetry_by_bound
 
     con = store.connect(db, read_only=True)
     try:

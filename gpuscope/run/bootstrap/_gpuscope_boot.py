@@ -1,6 +1,11 @@
 """Profiler windows inside a profiled Python process (used by the ``gpuscope run`` bootstrap
 and by :func:`gpuscope.profile`).
 
+Loaded under this one top-level name, ``_gpuscope_boot``, in every process (see
+:mod:`gpuscope.run.bootstrap`): under ``gpuscope run`` from the run's private bootstrap folder,
+elsewhere from gpuscope's own file. The names it shares with the wrapper come from the
+contract (``_gpuscope_contract``, a copy of :mod:`gpuscope.run.contract`).
+
 Nothing here imports torch at module level: :class:`Window` imports it when a window opens,
 which only happens once the program itself has imported torch.
 """
@@ -14,9 +19,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-ENV_RUN_DIR = "GPUSCOPE_RUN_DIR"
-ENV_PROFILE = "GPUSCOPE_PROFILE"
-ENV_RUN_ID = "GPUSCOPE_RUN_ID"
+import _gpuscope_contract as contract
 
 _lock = threading.Lock()
 _counter = [0]
@@ -24,7 +27,7 @@ _counter = [0]
 
 def run_dir() -> Path | None:
     """The run directory of the ``gpuscope run`` this process belongs to, if any."""
-    d = os.environ.get(ENV_RUN_DIR)
+    d = os.environ.get(contract.ENV_RUN_DIR)
     return Path(d) if d else None
 
 
@@ -57,11 +60,11 @@ def append_jsonl(name: str, record: dict[str, Any]) -> None:
 
     This is on the hot path of :func:`gpuscope.mark`, which programs call every decode step:
     no ``Path`` objects, and the file stays open (one descriptor per process and file, checked
-    with ``fstat`` before each line). Opening, and building paths, for every line made a mark
-    cost 14 µs and slowed the CPU example's decode loop by 8 %; now about 8 µs and under 2 %. Each
-    line is one ``write`` to an ``O_APPEND`` descriptor, so lines from several processes do not
-    interleave on local disks."""
-    d = os.environ.get(ENV_RUN_DIR)
+    with ``fstat`` before each line), because opening the file and building paths for every line
+    slowed a decode loop measurably (bench/README.md, "the cost of a mark"). Each line is one
+    ``write`` to an ``O_APPEND`` descriptor, so lines from several processes do not interleave
+    on local disks."""
+    d = os.environ.get(contract.ENV_RUN_DIR)
     if not d:
         return
     line = (json.dumps(record, separators=(",", ":")) + "\n").encode()
@@ -77,13 +80,6 @@ def report(message: str) -> None:
         pass
 
 
-#: Bootstrap events of each process, one JSON line each (``armed`` once torch is imported,
-#: ``window_open``, ``window_skipped``, ``exit``): how the run can say why a window never
-#: opened or was never written.
-EVENTS_FILE = "profiler.jsonl"
-#: ``gpuscope run`` creates this file in the run directory when it passes a stop signal
-#: (SIGINT, SIGTERM, ...) on to the program: exit has begun, no window opens any more.
-STOP_FILE = "stopping"
 #: Signals whose Python handlers wait while a window's trace is written (see _deferred_signals).
 DEFERRED_SIGNALS = ("SIGINT", "SIGTERM", "SIGHUP")
 
@@ -91,7 +87,7 @@ DEFERRED_SIGNALS = ("SIGINT", "SIGTERM", "SIGHUP")
 def event(kind: str, **fields: Any) -> None:
     """Append one bootstrap event to the run directory's events file; never raises."""
     try:
-        append_jsonl(EVENTS_FILE, {"event": kind, "pid": os.getpid(), "ts_ns": time.time_ns(), **fields})
+        append_jsonl(contract.EVENTS_FILE, {"event": kind, "pid": os.getpid(), "ts_ns": time.time_ns(), **fields})
     except Exception:
         pass
 
@@ -144,8 +140,9 @@ class _deferred_signals:
 
 
 #: gzip level of the traces windows write. torch's own ``.gz`` export uses level 9 and copies
-#: line by line: 115 MiB of JSON (1 s of CPU decode) took 3.8 s at level 9 against 0.4 s at
-#: level 1 (11 MiB instead of 6.6 MiB), time during which the profiled program is stopped.
+#: line by line; level 1 in large blocks is about ten times faster for a somewhat larger file
+#: (bench/README.md, "gzip level of window traces"), and the profiled program is stopped
+#: while its window is written.
 TRACE_GZIP_LEVEL = 1
 
 
@@ -219,7 +216,7 @@ class Window:
             return None
         prof, self.prof = self.prof, None
         # Recording ends as stop() begins; stop() then processes what was recorded, which takes
-        # seconds on a busy window (2.7 s for 1 s of CPU decode, ~180k ops, on a 2-core VM).
+        # seconds on a busy window (bench/README.md, "closing a profiler window").
         end_ns = time.time_ns()
         deferred = _deferred_signals()
         with deferred:
@@ -227,7 +224,7 @@ class Window:
             self.out_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
             assert self.path is not None
             export_gzipped(prof, self.path)
-            append_jsonl("windows.jsonl", {"pid": os.getpid(), "start_ns": self.start_ns, "end_ns": end_ns,
+            append_jsonl(contract.WINDOWS_FILE, {"pid": os.getpid(), "start_ns": self.start_ns, "end_ns": end_ns,
                                            "path": str(self.path), "label": self.label})
         if deliver_signals:
             deferred.raise_pending()
@@ -249,13 +246,13 @@ class _Controller:
     def __init__(self, cfg: dict[str, Any]) -> None:
         import signal
 
-        self.delay_s = float(cfg.get("delay_s", 5.0))
-        self.duration_s = float(cfg.get("duration_s", 3.0))
-        self.windows = int(cfg.get("windows", 1))
-        self.interval_s = float(cfg.get("interval_s", self.delay_s))
+        self.delay_s = float(cfg["delay_s"])
+        self.duration_s = float(cfg["duration_s"])
+        self.windows = int(cfg["windows"])
+        self.interval_s = float(cfg["interval_s"])
         rd = run_dir()
-        self.out_dir = (rd or Path(".")) / "traces"
-        self.stop_path = str(rd / STOP_FILE) if rd is not None else None
+        self.out_dir = (rd or Path(".")) / contract.TRACES_DIR
+        self.stop_path = str(rd / contract.STOP_FILE) if rd is not None else None
         self.sig = getattr(signal, WINDOW_SIGNAL_NAME)
         self.window: Window | None = None
         self.exiting = False

@@ -1,0 +1,354 @@
+"""The sampler: drives collectors at a fixed cadence and hands batches of rows to sinks
+(collectors -> rows -> sinks; the sinks are in :mod:`gpuscope.sinks`).
+
+It lives at the top of the package, not in :mod:`gpuscope.run`, because ``gpuscope run`` is
+only one of its users: ``gpuscope record`` samples without any wrapped program, and a live
+view (the TUI, ``monitor``) will sample with a :class:`~gpuscope.sinks.LiveBuffer` alone.
+
+    from gpuscope.collectors import default_collectors, ProcessTree
+    from gpuscope.sampling import Sampler
+    from gpuscope.sinks import StoreSink
+
+    tree = ProcessTree([child.pid])
+    sampler = Sampler(default_collectors(tree), [StoreSink(db, name="llama", command="...")],
+                      interval_s=0.1, tree=tree)
+    sampler.start()          # opens the collectors, creates the run (status 'recording')
+    ...                      # the workload runs
+    stats = sampler.stop()   # last rows flushed, run 'complete', sampler_stats written
+
+Cadence: tick ``k`` is due at ``t0 + k * interval`` on the monotonic clock, so the schedule
+never drifts; a tick that starts late is late only by its own delay, and ticks that could not
+be taken at all (the machine stalled longer than an interval) are skipped and counted, never
+bunched up. Default 10 Hz; 100 Hz at most.
+
+Threads: one samples (it only calls collectors and appends rows); one dispatches batches
+(every ``batch_s``, default 0.5 s) to the sinks, so a slow sink (the store's short write
+transaction) never delays a tick. The sampler measures its own cost per tick (CPU time of the
+sampling thread, and wall time) and the sinks' CPU time; :class:`~gpuscope.sinks.SamplerStats`
+reports them and :class:`~gpuscope.sinks.StoreSink` stores them with the run (table ``sampler_stats``).
+
+A collector whose vendor is not on this machine is left out at :meth:`Sampler.start` (its
+reason is in :attr:`Sampler.unavailable`); a degraded metric is None and reported once
+(:attr:`SamplerStats.degradations`, and each batch's ``degradations``).
+"""
+from __future__ import annotations
+
+import math
+import queue
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from .collectors.base import Collector, CollectorUnavailable, Degradation, DeviceInfo, Sample, VendorStatus
+from .errors import GpuscopeError
+from .sinks.base import SampleBatch, SamplerInfo, SamplerStats, Sink
+
+__all__ = [
+    "DEFAULT_INTERVAL_S",
+    "MAX_RATE_HZ",
+    "Sampler",
+]
+
+DEFAULT_INTERVAL_S = 0.1
+MAX_RATE_HZ = 100.0
+
+
+#: Ticks whose cost and lateness are kept for the percentiles of :class:`SamplerStats`.
+PERCENTILE_WINDOW = 36_000
+
+
+class _Series:
+    """Count, sum and maximum of every value added; the newest :data:`PERCENTILE_WINDOW`
+    values for percentiles. Constant memory however long the session runs."""
+
+    def __init__(self) -> None:
+        self.n = 0
+        self.total = 0
+        self.max = 0
+        self.recent: deque[int] = deque(maxlen=PERCENTILE_WINDOW)
+
+    def add(self, value: int) -> None:
+        self.n += 1
+        self.total += value
+        if self.n == 1 or value > self.max:
+            self.max = value
+        self.recent.append(value)
+
+
+def _percentile(values: Sequence[float], q: float) -> float | None:
+    if not values:
+        return None
+    s = sorted(values)
+    i = min(len(s) - 1, max(0, math.ceil(q * len(s)) - 1))
+    return float(s[i])
+
+
+class Sampler:
+    """Drives ``collectors`` at ``interval_s`` and hands the rows to ``sinks``.
+
+    ``tree``: the watched process tree; its pids go to every collector (per-process GPU memory
+    and utilisation). ``on_degradation`` is called (from the sampling thread) once per new
+    degradation, e.g. to print it. Collectors are opened by :meth:`start` unless already open,
+    and closed by :meth:`stop`.
+    """
+
+    def __init__(self, collectors: Sequence[Collector], sinks: Sequence[Sink] = (), *,
+                 interval_s: float = DEFAULT_INTERVAL_S, batch_s: float = 0.5, tree: Any = None,
+                 on_degradation: Callable[[Degradation], None] | None = None,
+                 max_ticks: int | None = None) -> None:
+        if not (1.0 / MAX_RATE_HZ - 1e-9 <= interval_s <= 3600):
+            raise ValueError(f"interval_s must be between {1 / MAX_RATE_HZ:g} s ({MAX_RATE_HZ:g} Hz) and 3600 s, "
+                             f"not {interval_s!r}")
+        self.collectors = list(collectors)
+        self.sinks = list(sinks)
+        self.interval_s = float(interval_s)
+        self.batch_s = max(float(batch_s), self.interval_s)
+        self.tree = tree
+        self.on_degradation = on_degradation
+        self.max_ticks = max_ticks
+        self.active: list[Collector] = []
+        self.devices: list[DeviceInfo] = []
+        self.vendors: list[VendorStatus] = []
+        self.unavailable: list[VendorStatus] = []
+        self.stats = SamplerStats(interval_s=self.interval_s)
+        self._rename: dict[tuple[int, str], str] = {}
+        self._stop = threading.Event()
+        self._done = threading.Event()
+        self._queue: queue.Queue[SampleBatch | None] = queue.Queue()
+        self._thread: threading.Thread | None = None
+        self._dispatcher: threading.Thread | None = None
+        self._tick_cpu = _Series()
+        self._tick_wall = _Series()
+        self._lateness = _Series()
+        self._sinks_started: list[Sink] = []
+        self._started = False
+        self._stopped = False
+        self._pids: frozenset[int] = frozenset()
+
+    # ------------------------------------------------------------------ lifecycle
+    def open(self) -> list[DeviceInfo]:
+        """Open every collector (probe once); vendors that are not here are left out."""
+        if self.active or self.unavailable:
+            return self.devices
+        from .collectors import attach_specs
+
+        keys: set[str] = set()
+        for ci, c in enumerate(self.collectors):
+            try:
+                found = c.open()
+            except CollectorUnavailable as exc:
+                self.unavailable.append(VendorStatus(exc.vendor, False, None, exc.reason))
+                self.vendors.append(self.unavailable[-1])
+                c.close()
+                continue
+            except Exception as exc:  # a vendor library misbehaving must not stop the run
+                self.unavailable.append(VendorStatus(c.source, False, None, f"open failed: {type(exc).__name__}: {exc}"))
+                self.vendors.append(self.unavailable[-1])
+                c.close()
+                continue
+            self.active.append(c)
+            self.vendors.append(c.status or VendorStatus(c.source, True))
+            for d in found:
+                if d.key in keys:  # e.g. an NVIDIA and an AMD gpu0 on one host
+                    new = f"{d.vendor}:{d.key}"
+                    self._rename[(ci, d.key)] = new
+                    d.key = new
+                keys.add(d.key)
+                self.devices.append(d)
+            if c.min_interval_s > self.interval_s:
+                c._degrade(None, None, f"sampled every {self.interval_s:g} s, but this source refreshes at most "
+                                       f"every {c.min_interval_s:g} s")
+        attach_specs(self.devices)
+        self.stats.devices = len(self.devices)
+        return self.devices
+
+    def start(self) -> None:
+        """Open the collectors, start the sinks, and start sampling in the background."""
+        if self._started:
+            raise GpuscopeError("the sampler was already started")
+        self._started = True
+        self.open()
+        self.stats.started_ns = time.time_ns()
+        info = SamplerInfo(self.interval_s, self.stats.started_ns, list(self.vendors), list(self.devices))
+        try:
+            for s in self.sinks:
+                s.start(info)
+                self._sinks_started.append(s)
+        except BaseException:
+            self._close_collectors()
+            raise
+        self._dispatcher = threading.Thread(target=self._dispatch_loop, name="gpuscope-sink", daemon=True)
+        self._dispatcher.start()
+        self._thread = threading.Thread(target=self._sample_loop, name="gpuscope-sampler", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> SamplerStats:
+        """Stop sampling, flush the last rows to the sinks, close sinks and collectors."""
+        if self._stopped:
+            return self.stats
+        self._stopped = True
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+        self._queue.put(None)
+        if self._dispatcher is not None:
+            self._dispatcher.join()
+        self._finish_stats()
+        errors = []
+        for s in self._sinks_started:
+            try:
+                s.close(self.stats)
+            except Exception as exc:  # the others still close
+                errors.append(exc)
+        self._close_collectors()
+        if errors:
+            raise errors[0]
+        return self.stats
+
+    def run(self, seconds: float) -> SamplerStats:
+        """Sample for ``seconds`` (or until ``max_ticks``) in the foreground, then stop."""
+        self.start()
+        try:
+            self._done.wait(seconds)
+        finally:
+            stats = self.stop()
+        return stats
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """Wait until the sampler ends by itself (``max_ticks``, or every source exhausted)."""
+        return self._done.wait(timeout)
+
+    def __enter__(self) -> Sampler:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def _close_collectors(self) -> None:
+        for c in self.active:
+            try:
+                c.close()
+            except Exception:
+                pass
+
+    # ------------------------------------------------------------------ sampling thread
+    def _sample_loop(self) -> None:
+        interval = self.interval_s
+        t0 = time.monotonic()
+        k = 0
+        pending: list[tuple[int, list[Sample]]] = []
+        pending_deg: list[Degradation] = []
+        last_handoff = t0
+        try:
+            while not self._stop.is_set():
+                deadline = t0 + k * interval
+                delay = deadline - time.monotonic()
+                if delay > 0 and self._stop.wait(delay):
+                    break
+                start = time.monotonic()
+                self._lateness.add(int((start - deadline) * 1e9))
+                c0, w0 = time.thread_time_ns(), time.perf_counter_ns()
+                rows, degr = self._tick()
+                self._tick_cpu.add(time.thread_time_ns() - c0)
+                self._tick_wall.add(time.perf_counter_ns() - w0)
+                pending.append((k, rows))
+                pending_deg.extend(degr)
+                self.stats.ticks += 1
+                self.stats.rows += len(rows)
+                now = time.monotonic()
+                if now - last_handoff >= self.batch_s:
+                    self._queue.put(SampleBatch(pending, pending_deg))
+                    pending, pending_deg, last_handoff = [], [], now
+                if self.max_ticks is not None and self.stats.ticks >= self.max_ticks:
+                    break
+                if self._exhausted():
+                    break
+                # the next slot after now: late ticks are skipped and counted, never bunched
+                nxt = k + 1
+                if now > t0 + nxt * interval:
+                    late_slot = int((now - t0) / interval) + 1
+                    self.stats.missed_ticks += late_slot - nxt
+                    nxt = late_slot
+                k = nxt
+        finally:
+            if pending or pending_deg:
+                self._queue.put(SampleBatch(pending, pending_deg))
+            self.stats.drift_ns = self._lateness.recent[-1] if self._lateness.n else 0
+            self._done.set()
+
+    def _exhausted(self) -> bool:
+        return bool(self.active) and all(getattr(c, "done", False) for c in self.active)
+
+    def _tick(self) -> tuple[list[Sample], list[Degradation]]:
+        if self.tree is not None:
+            try:
+                pids = self.tree.pids()
+            except Exception:
+                pids = self._pids
+            if pids != self._pids:
+                self._pids = pids
+                for c in self.active:
+                    c.set_pids(pids)
+        rows: list[Sample] = []
+        degr: list[Degradation] = []
+        for ci, c in enumerate(self.active):
+            try:
+                got = c.sample()
+            except Exception as exc:  # a collector bug must not stop the others
+                c._degrade(None, None, f"sample() failed: {type(exc).__name__}: {exc}")
+                got = []
+            if self._rename:
+                for s in got:
+                    s.device = self._rename.get((ci, s.device), s.device)
+            rows.extend(got)
+            new = c.take_degradations()
+            if new:
+                degr.extend(new)
+        if degr:
+            self.stats.degradations.extend(degr)
+            for g in degr:
+                if g.phase == "clock":
+                    self.stats.clock_fallbacks[f"{g.source}/{g.device or '*'}"] = g.reason
+            if self.on_degradation is not None:
+                for g in degr:
+                    try:
+                        self.on_degradation(g)
+                    except Exception:
+                        pass
+        return rows, degr
+
+    # ------------------------------------------------------------------ dispatch thread
+    def _dispatch_loop(self) -> None:
+        while True:
+            batch = self._queue.get()
+            if batch is None:
+                return
+            c0 = time.thread_time_ns()
+            for s in self._sinks_started:
+                try:
+                    s.write(batch)
+                except Exception as exc:
+                    self.stats.sink_errors += 1
+                    self.stats.degradations.append(
+                        Degradation("sampler", None, None, f"sink {type(s).__name__} failed: {type(exc).__name__}: {exc}"))
+            self.stats.sink_cpu_ns += time.thread_time_ns() - c0
+
+    def _finish_stats(self) -> None:
+        st = self.stats
+        st.ended_ns = time.time_ns()
+        cpu, wall, late = self._tick_cpu, self._tick_wall, self._lateness
+        if cpu.n:
+            st.tick_cpu_ns_mean = cpu.total / cpu.n
+            st.tick_cpu_ns_p99 = _percentile(cpu.recent, 0.99)
+            st.tick_cpu_ns_max = float(cpu.max)
+            st.tick_wall_ns_mean = wall.total / wall.n
+            st.tick_wall_ns_p99 = _percentile(wall.recent, 0.99)
+            st.tick_wall_ns_max = float(wall.max)
+            st.cpu_ns_per_tick_per_device = st.tick_cpu_ns_mean / max(1, st.devices)
+        if late.n:
+            st.lateness_ns_p50 = _percentile(late.recent, 0.5)
+            st.lateness_ns_p99 = _percentile(late.recent, 0.99)
+            st.lateness_ns_max = float(late.max)
