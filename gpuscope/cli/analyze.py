@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import argparse
 
-from .common import EXIT_OK, add_inflate_argument, db_path, open_run_ref, positive_int, print_json
+from .common import EXIT_OK, add_inflate_argument, db_path, open_run_ref, positive_int, print_json, terminal_width
 
 HELP = "time breakdown and attribution of a run (default: the latest)"
 DESCRIPTION = ("Time breakdown (compute, communication, memory, idle), top kernels and top ops of a run. "
@@ -30,7 +30,6 @@ def run(args: argparse.Namespace) -> int:
     from .. import store
     from ..analyzers.breakdown import analyze_run
     from ..render.analysis import render_analysis
-    from ..render.table import terminal_width
 
     db = db_path(args)
     ref, con = open_run_ref(db, args.run, name=args.name, announce=not args.json,

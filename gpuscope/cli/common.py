@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import math
 import os
+import shutil
 import sys
 from pathlib import Path
 from typing import Any
@@ -77,6 +78,12 @@ def add_inflate_argument(parser: argparse.ArgumentParser) -> None:
 def db_path(args: argparse.Namespace) -> Path:
     """The store a command works on: --db, else $GPUSCOPE_DB, else the user data directory."""
     return Path(args.db).expanduser() if getattr(args, "db", None) else default_db_path()
+
+
+def terminal_width() -> int:
+    """The terminal's width ($COLUMNS first, 120 for a pipe or a file), at least 60 columns: text
+    reports are fitted to it."""
+    return max(60, shutil.get_terminal_size((120, 24)).columns)
 
 
 def print_json(doc: Any) -> None:

@@ -37,8 +37,7 @@ def run(args: argparse.Namespace) -> int:
     from ..analyzers.breakdown import analyze_run
     from ..analyzers.compare import compare_docs
     from ..render.compare import render_compare
-    from ..render.table import terminal_width
-    from .common import db_path, print_json, run_ref_or_ingest
+    from .common import db_path, print_json, run_ref_or_ingest, terminal_width
 
     db = db_path(args)
     ref_a = run_ref_or_ingest(db, args.run_a, announce=not args.json, max_inflate_ratio=args.max_inflate_ratio)

@@ -6,7 +6,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from .common import db_path, non_negative_int, positive_int, print_json
+from .common import db_path, non_negative_int, positive_int, print_json, terminal_width
 
 HELP = "run CMD with telemetry and profiler windows; store, analyze and summarize it"
 DESCRIPTION = (
@@ -62,7 +62,6 @@ def run(args: argparse.Namespace) -> int:
     """Run the command; returns the child's exit code."""
     from ..errors import InputError
     from ..render.run_summary import render_run_summary
-    from ..render.table import terminal_width
     from ..run.wrapper import ProfileConfig, RunOptions, execute
 
     cmd = list(args.cmd)

@@ -4,7 +4,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from .common import EXIT_OK, db_path, positive_int, print_json
+from .common import EXIT_OK, db_path, positive_int, print_json, terminal_width
 
 HELP = "list runs, newest first"
 DESCRIPTION = ("List the stored runs, newest first: id, name, status (recording, complete, "
@@ -23,7 +23,6 @@ def run(args: argparse.Namespace) -> int:
     """Run the command; returns the exit code."""
     from .. import store
     from ..render.runs import render_runs
-    from ..render.table import terminal_width
 
     db = db_path(args)
     store.check_store_path(db)

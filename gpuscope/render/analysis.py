@@ -6,7 +6,7 @@ import json
 from typing import Any
 
 from .ingest import MALFORMED_NOTE
-from .table import fmt_pct, fmt_rate, fmt_us, prose, shorten, table, terminal_width, whole, wrap_prose
+from .table import DEFAULT_WIDTH, fmt_pct, fmt_rate, fmt_us, prose, shorten, table, whole, wrap_prose
 
 
 BOUND_LABEL = {"compute_bound": "compute", "memory_bound": "memory", "latency_bound": "latency",
@@ -62,11 +62,10 @@ def _distinct_names(names: list[str], width: int) -> list[str]:
     return distinct_names(names, width)
 
 
-def render_analysis(doc: dict[str, Any], top: int = 10, wide: bool = False, width: int | None = None) -> str:
-    """The ``gpuscope analyze`` text report of an analysis document, fitted to ``width`` columns
-    (default: the terminal's); ``wide`` shows names and shapes whole instead of shortened."""
+def render_analysis(doc: dict[str, Any], top: int = 10, wide: bool = False, width: int = DEFAULT_WIDTH) -> str:
+    """The ``gpuscope analyze`` text report of an analysis document, fitted to ``width`` columns;
+    ``wide`` shows names and shapes whole instead of shortened."""
     cut = whole if wide else shorten
-    w = terminal_width() if width is None else width
     run = doc["run"]
     out = [f"run {run['id']} '{run['name']}' ({run['source']}, {run['status']})"]
     devs = doc["devices"]
@@ -136,13 +135,13 @@ def render_analysis(doc: dict[str, Any], top: int = 10, wide: bool = False, widt
             gpu_total = busy or 1.0
             out.append("")
             out.append(prose(f"Top {len(ks)} of {len(doc['kernels'])} kernels by GPU time (bound: (name) = from the "
-                              "kernel-name family, (short) = by duration, (graph) = via graph capture)", w))
+                              "kernel-name family, (short) = by duration, (graph) = via graph capture)", width))
             out.append(table(
                 ["kernel", "family", "bound", "calls", "total", "mean", "share", "of roof", "headroom"],
                 [(whole(k["name"], 0), k.get("family") or k["category"], bound_label(k), k["count"],
                   fmt_us(k["total_us"]), fmt_us(k["mean_us"]), fmt_pct(k["total_us"], gpu_total), roof_pct(k),
                   fmt_us(k.get("saved_us"))) for k in ks],
-                "lllrrrrrr", width=None if wide else w, drop=("mean", "headroom", "family", "calls"),
+                "lllrrrrrr", width=None if wide else width, drop=("mean", "headroom", "family", "calls"),
                 flex="kernel", flex_fit=_distinct_names,
             ))
     ops = doc["ops"][:top]
@@ -159,7 +158,7 @@ def render_analysis(doc: dict[str, Any], top: int = 10, wide: bool = False, widt
                   fmt_rate(o.get("achieved_flops_per_s"), "FLOP/s") if o.get("flops") else "-",
                   fmt_rate(o.get("achieved_bytes_per_s"), "B/s"), roof_pct(o), fmt_us(o.get("saved_us")))
                  for o in ops],
-                "lllrrlrrrr", width=None if wide else w, drop=("FLOP/s", "B/s", "headroom", "dtypes", "calls"),
+                "lllrrlrrrr", width=None if wide else width, drop=("FLOP/s", "B/s", "headroom", "dtypes", "calls"),
                 flex="input shapes", flex_min=20,
             ))
         else:
@@ -168,14 +167,14 @@ def render_analysis(doc: dict[str, Any], top: int = 10, wide: bool = False, widt
                 [(cut(o["name"], name_w), dims(o["input_dims"]),
                   cut(dims(o["input_types"]), 24), o["count"], fmt_us(o["kernel_us"]),
                   "-" if o.get("flops") is None else f"{o['flops']:.3g}") for o in ops],
-                "lllrrr", width=None if wide else w, drop=("dtypes", "FLOPs/call"), flex="input shapes", flex_min=20,
+                "lllrrr", width=None if wide else width, drop=("dtypes", "FLOPs/call"), flex="input shapes", flex_min=20,
             ))
     advice = doc.get("advice") or []
     if advice:
         out.append("")
         out.append("Advice")
         for a in advice:
-            out.append(prose(a["message"], w, "  - ", "    "))
+            out.append(prose(a["message"], width, "  - ", "    "))
     c = doc["counts"]
     if doc["gpu_activity"] and c["gpu_activities_without_op"]:
         out.append("")
@@ -201,4 +200,4 @@ def render_analysis(doc: dict[str, Any], top: int = 10, wide: bool = False, widt
              and "kernels replayed from CUDA/HIP graphs" not in n]
     for n in notes:
         out.append(f"note: {n}")
-    return wrap_prose(out, None if wide else w)
+    return wrap_prose(out, None if wide else width)

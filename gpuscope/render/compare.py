@@ -4,18 +4,16 @@ from __future__ import annotations
 from typing import Any
 
 from .analysis import BOUND_LABEL, bound_label, dims, roof_pct
-from .table import fmt_us, shorten, table, terminal_width, whole, wrap_prose
+from .table import DEFAULT_WIDTH, fmt_us, shorten, table, whole, wrap_prose
 
 
 def _ratio(r: float | None) -> str:
     return "-" if r is None else f"{r:.2f}x"
 
 
-def render_compare(doc: dict[str, Any], top: int = 15, wide: bool = False, width: int | None = None) -> str:
-    """The ``gpuscope compare`` text report, fitted to ``width`` columns (default: the
-    terminal's); ``wide`` shows names and shapes whole."""
+def render_compare(doc: dict[str, Any], top: int = 15, wide: bool = False, width: int = DEFAULT_WIDTH) -> str:
+    """The ``gpuscope compare`` text report, fitted to ``width`` columns; ``wide`` shows names and shapes whole."""
     cut = whole if wide else shorten
-    w = terminal_width() if width is None else width
     a, b = doc["a"], doc["b"]
 
     def label(r: dict[str, Any]) -> str:
@@ -44,7 +42,7 @@ def render_compare(doc: dict[str, Any], top: int = 15, wide: bool = False, width
               fmt_us(x["a"]["kernel_us"]), bound_label(x["a"]), roof_pct(x["a"]),
               fmt_us(x["b"]["kernel_us"]), bound_label(x["b"]), roof_pct(x["b"]),
               _ratio(x["ratio"]), fmt_us(x["delta_us"])) for x in m],
-            "llrlrrlrrr", width=None if wide else w, drop=("A roof", "B roof", "B-A", "A bound", "B bound"),
+            "llrlrrlrrr", width=None if wide else width, drop=("A roof", "B roof", "B-A", "A bound", "B bound"),
             flex="input shapes", flex_min=16,
         ))
     for side, key in (("A", "only_a"), ("B", "only_b")):
@@ -57,7 +55,7 @@ def render_compare(doc: dict[str, Any], top: int = 15, wide: bool = False, width
             out.append(table(["op", "input shapes", "calls", "time", "bound"],
                              [(cut(r["name"], 36), dims(r["input_dims"]), r["count"],
                                fmt_us(r["kernel_us"]), BOUND_LABEL.get(r.get("bound"), "-")) for r in rows_only],
-                             "llrrl", width=None if wide else w, drop=("calls",), flex="input shapes", flex_min=16))
+                             "llrrl", width=None if wide else width, drop=("calls",), flex="input shapes", flex_min=16))
     fam = doc["by_family"][:top]
     if fam:
         out.append("")
@@ -65,4 +63,4 @@ def render_compare(doc: dict[str, Any], top: int = 15, wide: bool = False, width
         out.append(table(["family", "A", "B", "B/A", "B-A"],
                          [(f["family"], fmt_us(f["a_us"]), fmt_us(f["b_us"]), _ratio(f["ratio"]), fmt_us(f["delta_us"]))
                           for f in fam], "lrrrr"))
-    return wrap_prose(out, None if wide else w)
+    return wrap_prose(out, None if wide else width)

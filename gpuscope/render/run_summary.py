@@ -4,6 +4,7 @@ from __future__ import annotations
 from typing import Any
 
 from .analysis import render_analysis
+from .table import DEFAULT_WIDTH
 
 
 def _telemetry_stats(st: dict[str, Any]) -> str:
@@ -61,9 +62,8 @@ def _token_lines(tele: dict[str, Any]) -> list[str]:
     return out
 
 
-def render_run_summary(summary: dict[str, Any], top: int = 10, width: int | None = None) -> str:
-    """The summary ``gpuscope run`` prints at the end; its analysis fitted to ``width`` columns
-    (default: the terminal's)."""
+def render_run_summary(summary: dict[str, Any], top: int = 10, width: int = DEFAULT_WIDTH) -> str:
+    """The summary ``gpuscope run`` prints at the end; its analysis fitted to ``width`` columns."""
     out = [f"gpuscope run {summary['run_id']}: exit code {summary['exit_code']}  (run dir {summary['run_dir']})"]
     windows = summary.get("windows") or []
     traces = summary.get("traces") or []

@@ -1,11 +1,15 @@
 """Text tables and numbers with units: the table fitter (columns dropped in a stated order,
 one column narrowed, to fit a width), prose wrapped to a width, durations, rates, shares and
-times. Plain strings; no terminal library; nothing here prints."""
+times. Plain strings; no terminal library; nothing here prints or asks the terminal (the CLI
+measures it and passes the width)."""
 from __future__ import annotations
 
-import shutil
 from collections.abc import Callable, Sequence
 from typing import Any
+
+#: The width a report is fitted to when the caller gives none: the CLI's own when no terminal
+#: says otherwise (output to a pipe or a file).
+DEFAULT_WIDTH = 120
 
 
 def fmt_us(us: float | None) -> str:
@@ -141,9 +145,3 @@ def table(headers: Sequence[str], rows: Sequence[Sequence[Any]], align: str | No
         if n == 0:
             lines.append("  ".join("-" * w for w in widths))
     return "\n".join(lines)
-
-
-def terminal_width() -> int:
-    """The terminal's width ($COLUMNS first), at least 60 columns: the CLI asks once and hands it
-    to the renderers."""
-    return max(60, shutil.get_terminal_size((120, 24)).columns)
