@@ -1,11 +1,13 @@
 """The ``gpuscope`` command line: the parser, dispatch and exit codes.
 
 One module per command (gpuscope/cli/<command>.py), each defining HELP, DESCRIPTION, NEEDS_DB,
-REPORTS, add_arguments(parser) and run(args) -> exit code, and importing only the standard
-library and cli/common.py at top level: heavy modules (duckdb, torch, textual, exporters) are
-imported inside the commands that use them, so ``gpuscope --help`` stays fast and light. No
-command module imports this one. Exit codes: 0 success, 1 a failure while working, 2 unusable
-input or arguments (one line on stderr naming the input and the problem).
+REPORTS, add_arguments(parser) and run(args) -> exit code. A command computes its result once
+(analyzers, the store's read layer), hands it to a renderer in gpuscope/render/ (text) or to
+cli/common.print_json (--json), and prints. At top level a command module imports only the
+standard library, cli/common.py and gpuscope's light modules (errors, paths): heavy ones (duckdb,
+torch, textual, exporters) are imported inside run(), so ``gpuscope --help`` stays fast and
+light. No command module imports this one. Exit codes: 0 success, 1 a failure while working,
+2 unusable input or arguments (one line on stderr naming the input and the problem).
 """
 from __future__ import annotations
 
@@ -111,6 +113,3 @@ def _dispatch(args: argparse.Namespace) -> int:
               "(set GPUSCOPE_DEBUG=1 for the traceback)", file=sys.stderr)
         return EXIT_FAILURE
 
-
-if __name__ == "__main__":  # pragma: no cover
-    sys.exit(main())
