@@ -185,6 +185,7 @@ def ingest(
 
 
 def _notes(infos: list[TraceInfo], counts: dict[str, Any], gpu_rows: int, op_rows: int) -> list[str]:
+    """What the user should know about the ingest: what was skipped, left out or cannot be known."""
     notes = []
     if counts["accelerators"]:
         kinds = ", ".join(f"{k} ({n} events)" for k, n in counts["accelerators"].items())
