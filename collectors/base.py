@@ -4,7 +4,7 @@ A collector is one telemetry source (NVML, AMD SMI, the host, a recording). Its 
 ``open()`` (discover the devices and probe, once, which metrics each supports), any number of
 ``sample()`` calls (one timestamped :class:`Sample` per device), then ``close()``. Collectors
 return rows; they know nothing of the store, the TUI or OpenTelemetry (those are sinks, see
-:mod:`gpuscope.sampler`).
+:mod:`gpuscope.sampling`).
 
 Rules every collector keeps (design.md §4.3, §5):
 

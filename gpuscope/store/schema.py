@@ -210,7 +210,7 @@ def _migration_2_to_3(con: duckdb.DuckDBPyConnection) -> None:
     # these columns: IF NOT EXISTS makes this step a no-op there.
     for name, sql_type in _SAMPLE_COLUMNS_V3:
         con.execute(f"ALTER TABLE samples ADD COLUMN IF NOT EXISTS {name} {sql_type}")
-    # One row per sampled run: the sampler's cadence and its own cost (gpuscope.sampler).
+    # One row per sampled run: the sampler's cadence and its own cost (gpuscope.sampling).
     con.execute(
         """CREATE TABLE sampler_stats (
   run_id BIGINT NOT NULL,
