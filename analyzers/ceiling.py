@@ -24,9 +24,8 @@ import statistics
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..errors import InputError
+from ..errors import InputError, ParameterError
 from ..specs import DTYPES, GpuSpec, SpecDB, normalize_dtype
-from .common import ParameterError
 
 __all__ = [
     "BYTES_PER_PARAM",

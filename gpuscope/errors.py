@@ -1,5 +1,9 @@
-"""Typed errors. The CLI maps :class:`InputError` to exit code 2 and one line on stderr."""
+"""Typed errors. The CLI maps :class:`InputError` to exit code 2 and one line on stderr;
+a :class:`ParameterError` first has its quantities spelled as the command's flags."""
 from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
 
 
 class GpuscopeError(Exception):
@@ -21,3 +25,38 @@ class InputError(GpuscopeError):
 
 class StoreError(GpuscopeError):
     """The store cannot be opened or used (locked by another writer, newer schema, ...)."""
+
+
+class ParameterError(InputError):
+    """An input quantity is missing, malformed or inconsistent with another.
+
+    Analyzers (and calibrate, the run wrapper) speak of quantities, not of how a user typed them: ``parameter`` is the keyword
+    the analyzer takes ("params", "kv_heads", ...), and ``problem`` may name other quantities as
+    ``{name}`` placeholders ("needs {dtype} to know the bytes per parameter"); what the user gave
+    goes in ``values`` (``{value}`` in ``problem``), never into ``problem`` itself, so that its
+    braces are never read as placeholders. A front end gives each quantity its own spelling with
+    :meth:`render` (the CLI: its flags); ``str()`` and ``source`` / ``message`` use the plain
+    quantity names.
+    """
+
+    def __init__(self, parameter: str, problem: str, values: dict[str, Any] | None = None) -> None:
+        self.parameter = parameter
+        self.problem = problem
+        #: the placeholders of ``problem`` that are not quantities (the user's text, numbers)
+        self.values = dict(values or {})
+        super().__init__(*self.render())
+
+    def render(self, spelling: dict[str, str] | None = None,
+               default: Callable[[str], str] | None = None) -> tuple[str, str]:
+        """(source, message) with each quantity spelled as ``spelling`` says; a quantity it does
+        not name is spelled by ``default`` (else keeps its own name)."""
+        spelling = spelling or {}
+
+        def spell(key: str) -> str:
+            return spelling[key] if key in spelling else default(key) if default else key
+
+        class _Names(dict):  # placeholders that are not values are quantities
+            def __missing__(self, key: str) -> str:
+                return spell(key)
+
+        return spell(self.parameter), self.problem.format_map(_Names(self.values))

@@ -214,3 +214,17 @@ def test_folder_of_broken_files_names_each_files_reason(tmp_path) -> None:
                       ("nota.json", "JSON but not a trace"), ("cut.json.gz", "truncated gzip")):
         assert f"{name} ({why}" in line, name
     assert not db.exists()
+
+
+def test_a_parameter_error_is_spelled_as_the_commands_flags() -> None:
+    """Code outside the CLI raises ParameterError with quantities; the CLI writes them as the
+    command's flags (its FLAGS table, else --name-with-dashes), and str() keeps the quantities."""
+    from gpuscope.cli import _as_flags
+    from gpuscope.errors import InputError, ParameterError
+
+    exc = ParameterError("kv_heads", "needs {layers} and a value, not {value}", {"value": "{x}"})
+    assert isinstance(exc, InputError)
+    assert str(exc) == "kv_heads: needs layers and a value, not {x}"
+    assert _as_flags("calibrate", exc) == "--kv-heads: needs --layers and a value, not {x}"
+    import gpuscope.cli.ceiling  # noqa: F401 - its FLAGS table is what the CLI uses for ceiling
+    assert _as_flags("ceiling", ParameterError("num_gpus", "must be >= 1")) == "--gpus: must be >= 1"

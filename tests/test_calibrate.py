@@ -17,6 +17,7 @@ torch = pytest.importorskip("torch")
 
 from gpuscope import calibrate, store  # noqa: E402
 from gpuscope.store import read  # noqa: E402
+from gpuscope.render.calibrate import render_calibration  # noqa: E402
 from gpuscope.calibrate import Calibration, CalibrationDevice, Measurement, kernels, sweep  # noqa: E402
 
 GPU = bool(torch.cuda.is_available())
@@ -177,7 +178,7 @@ def test_json_and_text_report_against_a_spec_entry() -> None:
     assert bf16["spec_value"] == 989.4e12 and bf16["pct_of_spec"] == pytest.approx(75.0, abs=0.02)
     assert by[("mem_bw_bytes_per_s", None)]["pct_of_spec"] == pytest.approx(86.57, abs=0.01)
     assert doc["skipped"] == [{"dtype": "fp8", "reason": "not here"}]
-    text = calibrate.render_calibration(doc, "/x.duckdb")
+    text = render_calibration(doc, "/x.duckdb")
     assert "calibration 7 stored in /x.duckdb" in text and "742.0 TFLOP/s" in text and "75.0%" in text
     assert "skipped fp8: not here" in text and "spec h100-sxm" in text
 

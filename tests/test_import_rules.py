@@ -207,10 +207,17 @@ def test_renderers_take_data_not_the_store_or_the_command_line() -> None:
     assert not bad, "\n".join(bad)
 
 
+def _command_modules() -> list[str]:
+    """gpuscope/cli/<command>.py: every module of the CLI package but the parser, the shared
+    helpers and ``python -m gpuscope.cli``."""
+    return [m for m in MODULES if _within(m, "gpuscope.cli")
+            and m not in ("gpuscope.cli", "gpuscope.cli.common", "gpuscope.cli.__main__")]
+
+
 def test_shared_cli_helpers_import_no_command() -> None:
     if "gpuscope.cli.common" not in MODULES:
         pytest.fail("gpuscope/cli/common.py (the shared argument helpers) is missing")
-    commands = [m for m in MODULES if _within(m, "gpuscope.cli") and m not in ("gpuscope.cli", "gpuscope.cli.common")]
+    commands = _command_modules()
     assert commands, "no command modules under gpuscope/cli/"
     bad = _violations("gpuscope.cli.common", tuple(commands))
     # and no command module imports the CLI package (the parser) back
@@ -221,7 +228,7 @@ def test_shared_cli_helpers_import_no_command() -> None:
 
 
 def test_each_command_module_has_the_same_two_functions() -> None:
-    commands = [m for m in MODULES if _within(m, "gpuscope.cli") and m not in ("gpuscope.cli", "gpuscope.cli.common")]
+    commands = _command_modules()
     missing = []
     for m in commands:
         names = {n.name for n in ast.parse(MODULES[m].read_text()).body if isinstance(n, ast.FunctionDef)}
@@ -301,3 +308,22 @@ def test_the_rules_catch_what_they_forbid(tmp_path: Path) -> None:
     assert _is_store_sql("SELECT count(*) FROM samples WHERE run_id = ?")
     assert _is_store_sql("\n  INSERT INTO annotations VALUES (?)")
     assert not _is_store_sql("Run a SQL query over the store: SELECT * FROM runs")
+
+
+def test_errors_outside_the_cli_speak_of_quantities_not_flags() -> None:
+    """An error raised outside gpuscope/cli names the input or quantity (``ParameterError
+    ("hz", ...)``); only the CLI spells it as a flag, so the TUI and exporters can reuse it."""
+    bad = []
+    for m, path in MODULES.items():
+        if _within(m, "gpuscope.cli"):
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id.endswith("Error")
+                    and node.args):
+                continue
+            first = node.args[0]
+            text = first.value if isinstance(first, ast.Constant) and isinstance(first.value, str) else \
+                ast.unparse(first) if isinstance(first, ast.JoinedStr) else ""
+            if text.lstrip("f'\"").startswith("--"):
+                bad.append(f"{path.relative_to(REPO)}:{node.lineno}: {node.func.id}({text[:40]!r}, ...)")
+    assert not bad, "\n".join(bad)

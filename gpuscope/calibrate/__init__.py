@@ -18,9 +18,9 @@ torch is imported inside the functions that measure, never at module import.
 """
 from __future__ import annotations
 
-from ..store.ceilings import METRIC_MATMUL, METRIC_MEM_BW, METRIC_MEM_READ, ROOF_DTYPES
+from ..ceiling_metrics import METRIC_MATMUL, METRIC_MEM_BW, METRIC_MEM_READ, ROOF_DTYPES
 from .devices import cpu_model_name, gpu_clocks, identify_spec, spec_peak
-from .report import calibration_json, render_calibration, write_calibration
+from .report import calibration_json, write_calibration
 from .results import (
     BACKENDS,
     DEFAULT_CPU_DTYPES,
@@ -57,7 +57,6 @@ __all__ = [
     "identify_spec",
     "measure",
     "parse_dtypes",
-    "render_calibration",
     "spec_peak",
     "write_calibration",
 ]

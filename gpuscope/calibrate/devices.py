@@ -9,7 +9,7 @@ from typing import Any
 
 from ..device import match_spec
 from ..errors import GpuscopeError
-from ..store.ceilings import METRIC_MATMUL
+from ..ceiling_metrics import METRIC_MATMUL
 from .results import CalibrationDevice
 
 

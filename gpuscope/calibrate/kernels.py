@@ -9,7 +9,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ..store.ceilings import METRIC_MATMUL, METRIC_MEM_BW, METRIC_MEM_READ
+from ..ceiling_metrics import METRIC_MATMUL, METRIC_MEM_BW, METRIC_MEM_READ
+from ..render.table import fmt_bw, fmt_flops
 
 from .devices import gpu_clocks
 from .results import UNITS, CalibrationDevice, Measurement
@@ -261,14 +262,6 @@ def _shape_text(shape: Shape) -> str:
     return "x".join(str(d) for d in shape)
 
 
-def _fmt_flops(v: float) -> str:
-    return f"{v / 1e12:.1f} TFLOP/s" if v >= 1e12 else f"{v / 1e9:.1f} GFLOP/s"
-
-
-def _fmt_bw(v: float) -> str:
-    return f"{v / 1e9:,.1f} GB/s"
-
-
 @dataclass
 class _Ctx:
     torch: Any
@@ -358,7 +351,7 @@ def _measure_matmul(ctx: _Ctx, dtype: str, shapes: Sequence[Shape], budget_s: fl
             "warmup_iterations": timing.warmup_iterations, "median_s": timing.median_s,
             "best_s": timing.best_s, "flops_per_s": rate, "best_flops_per_s": flops / timing.best_s,
         })
-        ctx.progress(f"{dtype:>4} matmul {_shape_text(shape):>17}: {_fmt_flops(rate)} "
+        ctx.progress(f"{dtype:>4} matmul {_shape_text(shape):>17}: {fmt_flops(rate)} "
                      f"(median of {len(timing.seconds)})")
         if rate > best_rate:
             best_rate, best_shape = rate, shape
@@ -421,13 +414,13 @@ def _measure_memory(ctx: _Ctx, budget_s: float) -> list[Measurement]:
         copy_t = timed(lambda: bufs["dst"].copy_(bufs["src"]), 0.55)
         out.append(row(METRIC_MEM_BW, copy_t, 2 * size,
                        f"dst.copy_(src) of two {mib} MiB fp32 buffers, bytes = 2 x size (read + write)"))
-        ctx.progress(f"memory copy {mib} MiB -> {mib} MiB: {_fmt_bw(out[-1].value)} (median of {len(copy_t.seconds)})")
+        ctx.progress(f"memory copy {mib} MiB -> {mib} MiB: {fmt_bw(out[-1].value)} (median of {len(copy_t.seconds)})")
         del bufs["dst"]
         ctx.release()
         read_t = timed(lambda: bufs["src"].sum(), 0.4)
         out.append(row(METRIC_MEM_READ, read_t, size,
                        f"src.sum() over a {mib} MiB fp32 buffer, bytes = size (read only)"))
-        ctx.progress(f"memory read {mib} MiB (sum): {_fmt_bw(out[-1].value)} (median of {len(read_t.seconds)})")
+        ctx.progress(f"memory read {mib} MiB (sum): {fmt_bw(out[-1].value)} (median of {len(read_t.seconds)})")
     finally:
         bufs.clear()
         ctx.release()

@@ -8,8 +8,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..device import DeviceIdentity
-from ..errors import InputError
-from ..store.ceilings import METRIC_MATMUL, METRIC_MEM_BW, METRIC_MEM_READ, ROOF_DTYPES
+from ..errors import InputError, ParameterError
+from ..ceiling_metrics import METRIC_MATMUL, METRIC_MEM_BW, METRIC_MEM_READ, METRICS, ROOF_DTYPES, UNITS  # noqa: F401
 
 
 #: What a GPU calibration measures unless told otherwise (fp8 is skipped where unsupported).
@@ -17,8 +17,6 @@ DEFAULT_GPU_DTYPES: tuple[str, ...] = ("bf16", "fp16", "fp32", "tf32", "fp8")
 #: What a CPU calibration measures unless told otherwise.
 DEFAULT_CPU_DTYPES: tuple[str, ...] = ("fp32", "bf16")
 
-METRICS: tuple[str, ...] = (METRIC_MATMUL, METRIC_MEM_BW, METRIC_MEM_READ)
-UNITS = {METRIC_MATMUL: "FLOP/s", METRIC_MEM_BW: "B/s", METRIC_MEM_READ: "B/s"}
 
 BACKENDS = ("cuda", "rocm", "cpu")
 
@@ -115,11 +113,12 @@ def parse_dtypes(text: str | Sequence[str]) -> tuple[str, ...]:
             continue
         key = _DTYPE_ALIASES.get(word)
         if key is None:
-            raise InputError("--dtypes", f"unknown dtype {word!r} (choose from {', '.join(ROOF_DTYPES)})")
+            raise ParameterError("dtypes", "unknown dtype {word} (choose from {choices})",
+                                 {"word": repr(word), "choices": ", ".join(ROOF_DTYPES)})
         if key not in out:
             out.append(key)
     if not out:
-        raise InputError("--dtypes", f"no dtype given (choose from {', '.join(ROOF_DTYPES)})")
+        raise ParameterError("dtypes", "no dtype given (choose from {choices})", {"choices": ", ".join(ROOF_DTYPES)})
     return tuple(out)
 
 
@@ -128,7 +127,7 @@ def check_seconds(seconds: float | None) -> float | None:
     if seconds is None:
         return None
     if not math.isfinite(seconds) or seconds <= 0:
-        raise InputError("--seconds", f"must be a positive number of seconds, not {seconds:g}")
+        raise ParameterError("seconds", "must be a positive number of seconds, not {value}", {"value": f"{seconds:g}"})
     return float(seconds)
 
 

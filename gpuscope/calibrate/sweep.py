@@ -8,8 +8,8 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from ..errors import GpuscopeError, InputError
-from ..store.ceilings import METRIC_MATMUL
+from ..errors import GpuscopeError, InputError, ParameterError
+from ..ceiling_metrics import METRIC_MATMUL
 
 from .devices import _cpu_device, _gpu_device, _spec_key, gpu_clocks, identify_spec
 from .kernels import (
@@ -67,9 +67,9 @@ def measure(*, device: int | None = None, dtypes: Sequence[str] | None = None, q
     wanted = parse_dtypes(dtypes) if dtypes is not None else None
     seconds = check_seconds(seconds)
     if device is not None and device < 0:
-        raise InputError("--device", f"must be a GPU index >= 0, not {device}")
+        raise ParameterError("device", "must be a GPU index >= 0, not {value}", {"value": device})
     if device is not None and cpu:
-        raise InputError("--device", "cannot be combined with --cpu")
+        raise ParameterError("device", "cannot be combined with {cpu}")
     try:
         import torch
     except ImportError:
@@ -77,13 +77,14 @@ def measure(*, device: int | None = None, dtypes: Sequence[str] | None = None, q
 
     use_gpu = not cpu and bool(torch.cuda.is_available())
     if device is not None and not use_gpu:
-        raise InputError("--device", f"GPU {device} requested but torch {torch.__version__} sees no GPU "
-                                     "(use --cpu to calibrate the host CPU)")
+        raise ParameterError("device", "GPU {value} requested but torch {torch} sees no GPU "
+                             "(use {cpu} to calibrate the host CPU)", {"value": device, "torch": torch.__version__})
     if use_gpu:
         count = torch.cuda.device_count()
         index = torch.cuda.current_device() if device is None else device
         if index >= count:
-            raise InputError("--device", f"no GPU {index}: torch sees {count} (0..{count - 1})")
+            raise ParameterError("device", "no GPU {value}: torch sees {count} (0..{last})",
+                                 {"value": index, "count": count, "last": count - 1})
         try:
             info_dev = _gpu_device(torch, index)
         except Exception as exc:
@@ -108,8 +109,9 @@ def measure(*, device: int | None = None, dtypes: Sequence[str] | None = None, q
         else:
             todo.append(d)
     if not todo:
-        raise InputError("--dtypes", f"nothing measurable on {info_dev.name} ({info_dev.backend}): "
-                         + "; ".join(f"{d}: {r}" for d, r in skipped))
+        raise ParameterError("dtypes", "nothing measurable on {device} ({backend}): {reasons}",
+                             {"device": info_dev.name, "backend": info_dev.backend,
+                              "reasons": "; ".join(f"{d}: {r}" for d, r in skipped)})
 
     ctx = _Ctx(torch, info_dev, dev, timer, quick, say)
     spec, spec_note = identify_spec(info_dev)

@@ -18,7 +18,7 @@ import sys
 from collections.abc import Sequence
 
 from .. import __version__
-from ..errors import GpuscopeError, InputError, StoreError
+from ..errors import GpuscopeError, InputError, ParameterError, StoreError
 from ..paths import private_umask
 from .common import EXIT_FAILURE, EXIT_OK, EXIT_USAGE, _Parser
 
@@ -86,9 +86,20 @@ def _interrupted_query(exc: Exception) -> bool:
         type(exc) is RuntimeError and str(exc).startswith("Query interrupted"))
 
 
+def _as_flags(command: str, exc: ParameterError) -> str:
+    """The error's line with each quantity spelled as the command's flag: its module's ``FLAGS``
+    table where it has one, else ``--`` and the quantity with dashes (``kv_heads`` -> ``--kv-heads``)."""
+    module = sys.modules.get(f"{__name__}.{command}")
+    source, message = exc.render(getattr(module, "FLAGS", None), default=lambda q: "--" + q.replace("_", "-"))
+    return f"{source}: {message}"
+
+
 def _dispatch(args: argparse.Namespace) -> int:
     try:
         return int(args.func(args) or 0)
+    except ParameterError as exc:  # quantities spelled as the command's flags
+        print(f"gpuscope {args.command}: {_as_flags(args.command, exc)}", file=sys.stderr)
+        return EXIT_USAGE
     except InputError as exc:
         print(f"gpuscope {args.command}: {exc}", file=sys.stderr)
         return EXIT_USAGE

@@ -106,5 +106,7 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print_json(doc)
     else:
-        print(calibrate.render_calibration(doc, str(db)))
+        from ..render.calibrate import render_calibration
+
+        print(render_calibration(doc, str(db)))
     return 0

@@ -77,7 +77,7 @@ def _float(text: str, what: str) -> float:
 
 def run(args: argparse.Namespace) -> int:
     """Run the command; returns the exit code."""
-    from ..analyzers.ceiling import (Claim, DecodeQuery, Decoding, KVCache, Model, ParameterError, decode_ceiling,
+    from ..analyzers.ceiling import (Claim, DecodeQuery, Decoding, KVCache, Model, decode_ceiling,
                                      parse_bytes, parse_count)
     from ..errors import InputError
     from .common import print_json
@@ -101,10 +101,8 @@ def run(args: argparse.Namespace) -> int:
                         Decoding(batch, context, num_gpus, bandwidth_fraction, args.compute_dtype),
                         KVCache(kv_bytes, layers, kv_heads, head_dim, args.kv_dtype),
                         None if claimed is None else Claim(claimed, args.claim_aggregate))
-    try:
-        result = decode_ceiling(spec, query, db=db)
-    except ParameterError as exc:  # the analyzer names quantities; the user typed flags
-        raise InputError(*exc.render(FLAGS)) from None
+    # a ParameterError names quantities; the CLI spells them with FLAGS (cli/__init__._as_flags)
+    result = decode_ceiling(spec, query, db=db)
     if args.json:
         print_json(result.to_json())
     else:

@@ -59,6 +59,16 @@ def whole(text: str | None, width: int) -> str:
     return "-" if text is None else " ".join(str(text).split())
 
 
+def fmt_flops(v: float) -> str:
+    """FLOP/s in TFLOP/s (GFLOP/s below one TFLOP/s), one decimal."""
+    return f"{v / 1e12:.1f} TFLOP/s" if v >= 1e12 else f"{v / 1e9:.1f} GFLOP/s"
+
+
+def fmt_bw(v: float) -> str:
+    """Bytes per second in GB/s, one decimal, thousands separated."""
+    return f"{v / 1e9:,.1f} GB/s"
+
+
 def fmt_rate(value: float | None, unit: str) -> str:
     """A rate (FLOP/s, B/s) with an SI prefix."""
     if value is None:

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..errors import GpuscopeError, InputError
+from ..errors import GpuscopeError, InputError, ParameterError
 from ..paths import user_umask
 from ..redact import redact_command
 from . import contract
@@ -168,7 +168,7 @@ def execute(opts: RunOptions, progress: Any = None) -> RunOutcome:
     say = progress or (lambda msg: None)
     _check_command(opts.command)
     if not (0 < opts.hz <= 100):
-        raise InputError("--hz", f"{opts.hz:g} is outside 0 < hz <= 100")
+        raise ParameterError("hz", "{value} is outside 0 < hz <= 100", {"value": f"{opts.hz:g}"})
     name = opts.name or default_run_name(opts.command)
     tree = ProcessTree([])
     live = LiveBuffer(maxlen=4)

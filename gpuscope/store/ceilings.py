@@ -10,20 +10,11 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ..machine import hostname
+from ..ceiling_metrics import METRIC_MATMUL, METRIC_MEM_BW, METRIC_MEM_READ, dtype_order
 from .tx import transaction
 
 if TYPE_CHECKING:  # pragma: no cover
     import duckdb
-
-#: Roof dtype keys (the spec database's keys), in the order reports list them.
-ROOF_DTYPES: tuple[str, ...] = ("fp64", "fp32", "tf32", "fp16", "bf16", "fp8", "int8")
-
-METRIC_MATMUL = "matmul_flops_per_s"
-#: Device-memory copy: bytes read plus bytes written per second (the roofline's bandwidth).
-METRIC_MEM_BW = "mem_bw_bytes_per_s"
-#: Read-only reduction over a large tensor: bytes read per second.
-METRIC_MEM_READ = "mem_read_bytes_per_s"
-
 
 @dataclass(frozen=True)
 class MeasuredCeilings:
@@ -123,11 +114,7 @@ def list_calibrations(con: duckdb.DuckDBPyConnection) -> list[dict[str, Any]]:
         out.append({
             "id": c.calibration_id, "measured_ns": c.measured_ns, "host": c.host, "device_name": c.device_name,
             "device_uuid": c.device_uuid, "spec_key": c.spec_key, "backend": c.backend,
-            "flops_per_s": dict(sorted(c.flops_per_s.items(), key=lambda kv: _dtype_order(kv[0]))),
+            "flops_per_s": dict(sorted(c.flops_per_s.items(), key=lambda kv: dtype_order(kv[0]))),
             "mem_bw_bytes_per_s": c.mem_bw_bytes_per_s, "mem_read_bytes_per_s": c.mem_read_bytes_per_s,
         })
     return out
-
-
-def _dtype_order(dtype: str | None) -> int:
-    return ROOF_DTYPES.index(dtype) if dtype in ROOF_DTYPES else len(ROOF_DTYPES)
