@@ -78,6 +78,7 @@ def device_roofs(con: duckdb.DuckDBPyConnection, run_id: int, roof: str = "spec"
     model and falls back to the spec roof, saying so, when there is none.
     Raises :class:`gpuscope.errors.InputError` for an unknown ``gpu``.
     """
+    from ..device import match_spec, match_trace_device
     from ..specs import load_specs
 
     db = load_specs(specs_path)
@@ -98,9 +99,9 @@ def device_roofs(con: duckdb.DuckDBPyConnection, run_id: int, roof: str = "spec"
         else:
             p = json_or_none(props)
             if source == "trace" and isinstance(p, dict) and p:
-                ident = db.identify_trace_device(p)
+                ident = match_trace_device(p, db=db)
             else:
-                ident = db.identify(name=name, memory_bytes=mem, compute_units=sms, vendor=vendor)
+                ident = match_spec(name, db=db, memory_bytes=mem, compute_units=sms, vendor=vendor)
             spec, via, exact, note = ident.spec, ident.via, ident.exact, ident.note
             if spec is None and spec_key:
                 # identified when the run was recorded (e.g. from NVML / AMD SMI)

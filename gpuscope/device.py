@@ -3,8 +3,9 @@
 Every part of gpuscope that names a device uses :class:`DeviceIdentity`: the collectors' device
 (``collectors.base.DeviceInfo`` extends it with what a sampler needs), the device a calibration
 ran on (``calibrate.results.CalibrationDevice``), and the sinks that write ``devices`` rows from
-the collectors' devices. :func:`match_spec` is the one place that asks the spec database
-(``gpuscope.specs``) which entry a device is; collectors, calibrate and the analyzers go through it.
+the collectors' devices. :func:`match_spec` (and :func:`match_trace_device` for a trace's
+``deviceProperties``) is the one place that asks the spec database (``gpuscope.specs``) which
+entry a device is; collectors, calibrate, ingest and the analyzers go through it.
 
 Standard library only, and the spec database is imported inside :func:`match_spec`, so that the
 collectors (and the child of ``gpuscope run``) can import this module cheaply.
@@ -14,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["DeviceIdentity", "match_spec"]
+__all__ = ["DeviceIdentity", "match_spec", "match_trace_device"]
 
 
 @dataclass(kw_only=True)
@@ -64,3 +65,14 @@ def match_spec(name: str | None, *, db: Any = None, specs_path: str | None = Non
         return db.identify(name=name, **evidence)
     except TypeError:  # a database whose identify() takes the name only
         return db.identify(name=name)
+
+
+def match_trace_device(properties: dict[str, Any], *, db: Any = None) -> Any:
+    """The spec database's identification of a device described by a Kineto trace's
+    ``deviceProperties`` entry (name, compute capability or gfx target, SM/CU count, memory,
+    warp size): :func:`match_spec` with the evidence a trace carries."""
+    if db is None:
+        from gpuscope.specs import load_specs
+
+        db = load_specs()
+    return db.identify_trace_device(properties)

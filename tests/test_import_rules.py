@@ -327,3 +327,18 @@ def test_errors_outside_the_cli_speak_of_quantities_not_flags() -> None:
             if text.lstrip("f'\"").startswith("--"):
                 bad.append(f"{path.relative_to(REPO)}:{node.lineno}: {node.func.id}({text[:40]!r}, ...)")
     assert not bad, "\n".join(bad)
+
+
+def test_only_gpuscope_device_asks_the_spec_database_which_entry_a_device_is() -> None:
+    """One way from a device to its spec entry: ``gpuscope.device.match_spec`` /
+    ``match_trace_device``; the spec package itself and its user-facing ``find`` (a key or
+    name the user typed) are the exceptions."""
+    bad = []
+    for m, path in MODULES.items():
+        if m == "gpuscope.device" or _within(m, "gpuscope.specs"):
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Attribute) and node.attr in ("identify", "identify_trace_device") \
+                    and isinstance(node.ctx, ast.Load):
+                bad.append(f"{path.relative_to(REPO)}:{node.lineno}: .{node.attr}")
+    assert not bad, "\n".join(bad)

@@ -123,7 +123,9 @@ def _spec_key(specs: Any, props: dict[str, Any] | None, kind: str) -> str | None
     """The spec-database key of a trace device when its properties identify it exactly."""
     if specs is None or not props or kind != "gpu":
         return None
-    ident = specs.identify_trace_device(props)
+    from ..device import match_trace_device
+
+    ident = match_trace_device(props, db=specs)
     return ident.spec.key if ident.spec is not None and ident.exact else None
 
 
