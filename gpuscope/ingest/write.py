@@ -2,7 +2,8 @@
 lifecycle (:func:`gpuscope.store.runs.add_ingested` for a new run,
 :func:`~gpuscope.store.runs.merge_info` when the traces join a recorded one), then its
 ``traces``, ``devices``, ``kernels``, ``ops``, ``graph_launches`` and ``annotations`` rows
-straight from the staging tables. A failure leaves the store exactly as it was.
+from the staging tables through :mod:`gpuscope.store.trace_rows`. A failure leaves the store
+exactly as it was.
 """
 from __future__ import annotations
 
@@ -36,7 +37,7 @@ def write_run(
     ``into_run`` the traces join that run, their trace, device and op ids after its own.
     """
     from .. import store
-    from ..store import read, runs
+    from ..store import read, runs, trace_rows
 
     handed_over: duckdb.DuckDBPyConnection | None = None
     run_name = name
@@ -59,13 +60,8 @@ def write_run(
                     raise InputError(f"run {into_run}", "no such run")
                 run_id = into_run
                 runs.merge_info(con, run_id, {"ingest": info_doc["ingest"]}, append_notes=notes)
-                offsets = con.execute(
-                    "SELECT (SELECT coalesce(max(trace_id) + 1, 0) FROM traces WHERE run_id = $1), "
-                    "(SELECT coalesce(max(device_id) + 1, 0) FROM devices WHERE run_id = $1), "
-                    "(SELECT coalesce(max(op_id) + 1, 0) FROM ops WHERE run_id = $1)",
-                    [run_id],
-                ).fetchone()
-                taken = {r[0] for r in con.execute("SELECT key FROM devices WHERE run_id = ?", [run_id]).fetchall()}
+                offsets = trace_rows.next_ids(con, run_id)
+                taken = trace_rows.device_keys(con, run_id)
                 for d in devices:  # e.g. telemetry's gpu0 and the trace's gpu0: keep keys unique
                     if d["key"] in taken:
                         d["key"] = f"trace{d['trace_id'] + offsets[0]}/{d['key']}"
@@ -86,54 +82,15 @@ def _write_rows(
     con: duckdb.DuckDBPyConnection, run_id: int, infos: list[TraceInfo], devices: list[dict[str, Any]], all_ops: bool,
     t0: int = 0, d0: int = 0, o0: int = 0,
 ) -> None:
-    """Write the staged run; trace, device and op ids are shifted by ``t0``, ``d0``, ``o0``
-    when the traces join an existing run."""
-    t0, d0, o0 = int(t0), int(d0), int(o0)
+    """The staged rows through the store's trace writer, each trace's header (and the graph
+    events analyzers/scope.py needs) kept as its metadata."""
+    from ..store import trace_rows
+
+    traces = []
     for i in infos:
         meta = {k: v for k, v in i.header.items() if k != "traceEvents"}
         if i.graph_events:
             meta[GRAPH_EVENTS_KEY] = i.graph_events
-        con.execute(
-            "INSERT INTO traces VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            [run_id, i.trace_id + t0, i.path, i.rank, i.base_time_ns, i.ts_relative, i.events, i.size_bytes,
-             json.dumps(meta, default=str)],
-        )
-    if devices:
-        con.executemany(
-            "INSERT INTO devices (run_id, device_id, key, source, trace_id, device_index, vendor, kind, name, "
-            "memory_total_bytes, compute_capability, num_sms, warp_size, properties, spec_key) "
-            "VALUES (?, ?, ?, 'trace', ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            [(run_id, d["device_id"] + d0, d["key"], d["trace_id"] + t0, d["device_index"], d["vendor"], d["kind"], d["name"],
-              d["memory_total_bytes"], d["compute_capability"], d["num_sms"], d["warp_size"], d["properties"],
-              d["spec_key"])
-             for d in devices],
-        )
-    con.execute(
-        f"""INSERT INTO kernels
-        SELECT {run_id}, k.trace_id + {t0}, m.device_id + {d0}, k.stream, k.kind, k.category, k.name, k.ts_ns, k.dur_ns,
-               k.correlation, k.external_id, k.op_id + {o0}, k.launch_name, k.launch_ts_ns, k.launch_dur_ns,
-               k.grid, k.block, k.registers_per_thread, k.shared_memory_bytes, k.occupancy, k.bytes,
-               k.attribution
-        FROM temp.kernel_stage k JOIN temp.dev_map m ON m.trace_id = k.trace_id AND m.dev_label = k.dev_label
-        ORDER BY m.device_id, k.ts_ns"""
-    )
-    con.execute(
-        f"""INSERT INTO ops
-        SELECT {run_id}, op_id + {o0}, p.parent_op_id + {o0}, trace_id + {t0}, pid, tid, name, ts_ns, dur_ns, external_id, sequence_number,
-               input_dims, input_types, input_strides, concrete_inputs
-        FROM temp.op_stage o LEFT JOIN temp.op_parent p USING (op_id)
-        {'' if all_ops else 'WHERE NOT EXISTS (SELECT 1 FROM temp.kernel_stage) OR op_id IN (SELECT op_id FROM temp.op_launching)'}
-        ORDER BY op_id"""
-    )
-    con.execute(
-        f"""INSERT INTO graph_launches
-        SELECT {run_id}, trace_id + {t0}, graph_begin_ns, seq, kernel_name, launch_name, ts_ns, correlation, op_id + {o0}, grid, block
-        FROM temp.graph_stage ORDER BY trace_id, graph_begin_ns, seq"""
-    )
-    con.execute(
-        f"""INSERT INTO annotations
-        SELECT {run_id}, a.trace_id + {t0}, a.kind, a.name, a.ts_ns, a.dur_ns, m.device_id + {d0}, a.pid, a.tid, NULL
-        FROM temp.annotation_stage a LEFT JOIN temp.dev_map m ON m.trace_id = a.trace_id AND m.dev_label = a.dev_label
-        ORDER BY a.ts_ns"""
-    )
-
+        traces.append((i.trace_id, i.path, i.rank, i.base_time_ns, i.ts_relative, i.events, i.size_bytes,
+                       json.dumps(meta, default=str)))
+    trace_rows.write_staged_rows(con, run_id, traces, devices, all_ops, t0, d0, o0)

@@ -452,12 +452,12 @@ def _update_info(db: Path, run_id: int, extra: dict[str, Any]) -> None:
 def _finish(db: Path, run_id: int, status: str, code: int | None, ended_ns: int, started_ns: int | None = None,
             annotations: list[tuple[Any, ...]] | None = None) -> None:
     """Close the run (status, exit code, end) and store its annotations, in one transaction."""
-    from ..sinks.store import write_annotations
+    from ..store.telemetry import insert_annotations
     from ..store import runs
 
     with _writing(db) as con:
         if annotations:
-            write_annotations(con, annotations)
+            insert_annotations(con, annotations)
         runs.finish(con, run_id, status, ended_ns, exit_code=code, started_ns=started_ns)
 
 

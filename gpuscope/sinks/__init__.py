@@ -2,7 +2,8 @@
 
 - :mod:`.base`: the contract with the sampler (:class:`Sink`, :class:`SampleBatch`,
   :class:`SamplerInfo`, :class:`SamplerStats`);
-- :mod:`.store`: :class:`StoreSink`, the writer of devices, samples and sampler stats;
+- :mod:`.store`: :class:`StoreSink`, which buffers samples and writes them (with devices and
+  sampler stats) through the store's telemetry writer;
 - :mod:`.recording`: :class:`RecordingSink`, a recording file for ``gpuscope record``;
 - :mod:`.memory`: :class:`LiveBuffer` (the newest rows per device, for a live view) and
   :class:`MemorySink` (tests).

@@ -1,7 +1,7 @@
-"""The store's writer of telemetry: :class:`StoreSink` writes a run's devices, samples,
-device-lost annotations and sampler stats; :func:`write_annotations` stores the annotations
-``gpuscope run`` collects from its child (profiler windows, marks). The run itself (its row in
-``runs``, its status) is created and finished only through :mod:`gpuscope.store.runs`.
+"""The store sink: :class:`StoreSink` buffers a run's samples and writes them, with its
+devices, device-lost annotations and sampler stats, through the store's telemetry writer
+(:mod:`gpuscope.store.telemetry`) in short transactions. The run itself (its row in ``runs``,
+its status) is created and finished only through :mod:`gpuscope.store.runs`.
 """
 from __future__ import annotations
 
@@ -19,13 +19,7 @@ from ..metrics import METRICS
 from ..redact import redact_command
 from .base import SampleBatch, SamplerInfo, SamplerStats, Sink
 
-__all__ = ["StoreSink", "write_annotations"]
-
-
-def write_annotations(con: Any, rows: list[tuple[Any, ...]]) -> None:
-    """Insert ``annotations`` rows (all ten columns, in table order) on ``con``, inside the
-    caller's transaction."""
-    con.executemany("INSERT INTO annotations VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", rows)
+__all__ = ["StoreSink"]
 
 
 _ARROW_TYPES = {"DOUBLE": "float64", "BIGINT": "int64", "INTEGER": "int32"}
@@ -105,7 +99,7 @@ class StoreSink(Sink):
 
     def start(self, info: SamplerInfo) -> None:
         from .. import store
-        from ..store import read, runs
+        from ..store import read, runs, telemetry
 
         # imported here, before sampling starts: a first import in the dispatch thread would
         # hold the GIL long enough to delay ticks
@@ -122,21 +116,18 @@ class StoreSink(Sink):
                     self.created_run = True
                 elif read.run_name(con, self.run_id) is None:
                     raise StoreError(f"{self.db}: run {self.run_id} does not exist")
-                base = con.execute("SELECT coalesce(max(device_id) + 1, 0) FROM devices WHERE run_id = ?",
-                                   [self.run_id]).fetchone()[0]
+                base = telemetry.next_device_id(con, self.run_id)
                 for i, d in enumerate(info.devices):
                     did = int(base) + i
                     self.device_ids[d.key] = did
                     props = dict(d.properties)
                     props.update({"supported": list(d.supported), "unsupported": d.unsupported, "parent": d.parent,
                                   "pci_device_id": d.pci_device_id, "spec_exact": d.spec_exact})
-                    con.execute(
-                        "INSERT INTO devices (run_id, device_id, key, source, trace_id, device_index, vendor, kind, "
-                        "name, spec_key, memory_total_bytes, compute_capability, num_sms, warp_size, uuid, "
-                        "pci_bus_id, properties) VALUES (?, ?, ?, 'telemetry', NULL, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                        [self.run_id, did, d.key, d.index, d.vendor, d.kind, d.name, d.spec_key, d.memory_total_bytes,
-                         d.compute_capability, d.num_sms, d.warp_size, d.uuid, d.pci_bus_id,
-                         json.dumps(props, default=str)])
+                    telemetry.insert_device(
+                        con, self.run_id, did, key=d.key, index=d.index, vendor=d.vendor, kind=d.kind, name=d.name,
+                        spec_key=d.spec_key, memory_total_bytes=d.memory_total_bytes,
+                        compute_capability=d.compute_capability, num_sms=d.num_sms, warp_size=d.warp_size,
+                        uuid=d.uuid, pci_bus_id=d.pci_bus_id, properties=props)
         finally:
             con.close()
         import duckdb  # the full package: its Arrow scans need duckdb._sources
@@ -157,6 +148,8 @@ class StoreSink(Sink):
         if not self._pending and not self._lost:
             self._last_flush = time.monotonic()
             return True
+        from ..store import telemetry
+
         w0 = time.perf_counter_ns()
         rows, lost = self._pending, self._lost
         try:
@@ -164,11 +157,7 @@ class StoreSink(Sink):
                 if rows:
                     self._insert_samples(con, rows)
                 for s in lost:
-                    con.execute(
-                        "INSERT INTO annotations (run_id, trace_id, kind, name, ts_ns, dur_ns, device_id, pid, tid, "
-                        "value) VALUES (?, NULL, 'device_lost', ?, ?, NULL, ?, NULL, NULL, ?)",
-                        [self.run_id, s.device, int(s.ts_ns), self.device_ids.get(s.device),
-                         json.dumps({"reason": "device lost while sampling"})])
+                    telemetry.insert_device_lost(con, self.run_id, s.device, int(s.ts_ns), self.device_ids.get(s.device))
         except StoreError as exc:
             self.last_error = str(exc)
             return False
@@ -181,6 +170,8 @@ class StoreSink(Sink):
 
     def _insert_samples(self, con: Any, rows: list[Sample]) -> None:
         import pyarrow as pa
+
+        from ..store import telemetry
 
         cols: dict[str, list[Any]] = {"run_id": [], "device_id": [], "ts_ns": []}
         for m in METRICS:
@@ -202,15 +193,10 @@ class StoreSink(Sink):
         fields = [pa.field("run_id", pa.int64()), pa.field("device_id", pa.int32()), pa.field("ts_ns", pa.int64())]
         fields += [pa.field(m.name, getattr(pa, _ARROW_TYPES.get(m.sql_type, "float64"))()) for m in METRICS]
         table = pa.table({f.name: pa.array(cols[f.name], type=f.type) for f in fields})
-        names = ", ".join(f.name for f in fields)
-        con.register("_gpuscope_samples", table)
-        try:
-            con.execute(f"INSERT INTO gs.samples ({names}) SELECT {names} FROM _gpuscope_samples")
-        finally:
-            con.unregister("_gpuscope_samples")
+        telemetry.append_samples(con, table, [f.name for f in fields])
 
     def close(self, stats: SamplerStats) -> None:
-        from ..store import runs
+        from ..store import runs, telemetry
 
         deadline = time.monotonic() + 30.0
         while not self.flush(retry_s=2.0):
@@ -219,20 +205,15 @@ class StoreSink(Sink):
         try:
             with self._attached(retry_s=10.0) as con:
                 st = stats
-                con.execute(
-                    "INSERT INTO sampler_stats (run_id, started_ns, ended_ns, interval_ns, ticks, missed_ticks, rows, "
-                    "devices, tick_cpu_ns_mean, tick_cpu_ns_p99, tick_cpu_ns_max, tick_wall_ns_mean, tick_wall_ns_p99, "
-                    "tick_wall_ns_max, cpu_ns_per_tick_per_device, lateness_ns_p50, lateness_ns_p99, lateness_ns_max, "
-                    "drift_ns, sink_cpu_ns, degradations, info) VALUES "
-                    "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                    [self.run_id, st.started_ns, st.ended_ns, int(st.interval_s * 1e9), st.ticks, st.missed_ticks,
-                     st.rows, st.devices, st.tick_cpu_ns_mean, st.tick_cpu_ns_p99, st.tick_cpu_ns_max,
-                     st.tick_wall_ns_mean, st.tick_wall_ns_p99, st.tick_wall_ns_max, st.cpu_ns_per_tick_per_device,
-                     st.lateness_ns_p50, st.lateness_ns_p99, st.lateness_ns_max, st.drift_ns, st.sink_cpu_ns,
-                     json.dumps([g.to_dict() for g in st.degradations]),
-                     json.dumps({"flushes": self.flushes, "rows_written": self.rows_written,
-                                 "flush_wall_ns_max": max(self.flush_wall_ns) if self.flush_wall_ns else None,
-                                 "sink_errors": st.sink_errors, "clock_fallbacks": st.clock_fallbacks})])
+                telemetry.insert_sampler_stats(con, self.run_id, [
+                    st.started_ns, st.ended_ns, int(st.interval_s * 1e9), st.ticks, st.missed_ticks,
+                    st.rows, st.devices, st.tick_cpu_ns_mean, st.tick_cpu_ns_p99, st.tick_cpu_ns_max,
+                    st.tick_wall_ns_mean, st.tick_wall_ns_p99, st.tick_wall_ns_max, st.cpu_ns_per_tick_per_device,
+                    st.lateness_ns_p50, st.lateness_ns_p99, st.lateness_ns_max, st.drift_ns, st.sink_cpu_ns,
+                    json.dumps([g.to_dict() for g in st.degradations]),
+                    json.dumps({"flushes": self.flushes, "rows_written": self.rows_written,
+                                "flush_wall_ns_max": max(self.flush_wall_ns) if self.flush_wall_ns else None,
+                                "sink_errors": st.sink_errors, "clock_fallbacks": st.clock_fallbacks})])
                 if self.created_run:
                     if self.final_status is not None:
                         runs.finish(con, self.run_id, self.final_status, st.ended_ns)
