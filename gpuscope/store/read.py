@@ -108,3 +108,132 @@ def run_name(con: duckdb.DuckDBPyConnection, run_id: int) -> str | None:
     """The run's name, None when there is no such run."""
     row = con.execute("SELECT name FROM runs WHERE id = ?", [run_id]).fetchone()
     return None if row is None else str(row[0])
+
+
+# --------------------------------------------------------------------------------------------
+# devices, samples, kernels and ops of a run: what the TUI, `monitor`, `export` and `report`
+# show without an analysis. Column lists are spelled here, once.
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class DeviceRow:
+    """One device of a run, as the store holds it (``source``: ``telemetry`` or ``trace``)."""
+
+    device_id: int
+    key: str
+    source: str
+    vendor: str | None
+    kind: str | None
+    name: str | None
+    spec_key: str | None
+    device_index: int | None
+    memory_total_bytes: int | None
+    uuid: str | None
+    pci_bus_id: str | None
+    properties: dict[str, Any]
+
+
+def devices(con: duckdb.DuckDBPyConnection, run_id: int) -> list[DeviceRow]:
+    """The run's devices in device-id order."""
+    rows = con.execute(
+        "SELECT device_id, key, source, vendor, kind, name, spec_key, device_index, memory_total_bytes, uuid, "
+        "pci_bus_id, properties FROM devices WHERE run_id = ? ORDER BY device_id", [run_id]).fetchall()
+    out = []
+    for r in rows:
+        try:
+            props = json.loads(r[11]) if r[11] else {}
+        except ValueError:
+            props = {}
+        out.append(DeviceRow(int(r[0]), str(r[1]), str(r[2]), r[3], r[4], r[5], r[6], r[7], r[8], r[9], r[10],
+                             props if isinstance(props, dict) else {}))
+    return out
+
+
+@dataclass(frozen=True)
+class SampleSeries:
+    """One device's samples over time: ``ts_ns`` and, per metric, the values at those times
+    (None where the device could not report the metric at that tick)."""
+
+    device_id: int
+    ts_ns: list[int]
+    values: dict[str, list[Any]]
+
+
+def samples(con: duckdb.DuckDBPyConnection, run_id: int, metrics: list[str] | None = None, *,
+            device_id: int | None = None, since_ns: int | None = None,
+            until_ns: int | None = None) -> list[SampleSeries]:
+    """The run's samples, one series per device in device-id order. ``metrics`` names columns
+    of ``gpuscope.metrics.METRICS`` (default: all); an unknown name is an :class:`InputError`.
+    ``since_ns`` / ``until_ns`` bound the time (inclusive)."""
+    from ..metrics import METRICS
+
+    known = [m.name for m in METRICS]
+    wanted = known if metrics is None else list(metrics)
+    unknown = [m for m in wanted if m not in known]
+    if unknown:
+        raise InputError(f"metric {unknown[0]!r}", f"not a sample column (known: {', '.join(known)})")
+    where, params = ["run_id = ?"], [run_id]
+    for clause, value in (("device_id = ?", device_id), ("ts_ns >= ?", since_ns), ("ts_ns <= ?", until_ns)):
+        if value is not None:
+            where.append(clause)
+            params.append(value)
+    cols = ", ".join(["device_id", "ts_ns", *wanted])  # names checked against METRICS above
+    rows = con.execute(f"SELECT {cols} FROM samples WHERE {' AND '.join(where)} ORDER BY device_id, ts_ns",
+                       params).fetchall()
+    out: list[SampleSeries] = []
+    for r in rows:
+        if not out or out[-1].device_id != r[0]:
+            out.append(SampleSeries(int(r[0]), [], {m: [] for m in wanted}))
+        series = out[-1]
+        series.ts_ns.append(int(r[1]))
+        for m, v in zip(wanted, r[2:]):
+            series.values[m].append(v)
+    return out
+
+
+@dataclass(frozen=True)
+class KernelTotal:
+    """GPU activities of one name (and kind) in a run: how many, how long in all, on how many
+    devices; ``category`` from the one definition in ``gpuscope.kernel_names``."""
+
+    name: str
+    kind: str
+    category: str
+    count: int
+    total_ns: int
+    mean_ns: float
+    max_ns: int
+    devices: int
+
+
+def kernel_totals(con: duckdb.DuckDBPyConnection, run_id: int, limit: int | None = None) -> list[KernelTotal]:
+    """The run's GPU activities grouped by name and kind, longest total first (every activity
+    of the run, before any scoping an analysis applies)."""
+    from ..kernel_names import category_sql
+
+    rows = con.execute(
+        f"SELECT name, kind, {category_sql()} AS category, count(*), sum(dur_ns), avg(dur_ns), max(dur_ns), "
+        "count(DISTINCT device_id) FROM kernels WHERE run_id = ? GROUP BY name, kind "
+        "ORDER BY sum(dur_ns) DESC, name" + (" LIMIT ?" if limit is not None else ""),
+        [run_id] + ([int(limit)] if limit is not None else [])).fetchall()
+    return [KernelTotal(str(r[0]), str(r[1]), str(r[2]), int(r[3]), int(r[4]), float(r[5]), int(r[6]), int(r[7]))
+            for r in rows]
+
+
+@dataclass(frozen=True)
+class OpTotal:
+    """CPU ops of one name in a run: how many and their CPU time (inclusive of their children)."""
+
+    name: str
+    count: int
+    total_ns: int
+
+
+def op_totals(con: duckdb.DuckDBPyConnection, run_id: int, limit: int | None = None) -> list[OpTotal]:
+    """The run's stored CPU ops grouped by name, longest total first."""
+    rows = con.execute(
+        "SELECT name, count(*), sum(dur_ns) FROM ops WHERE run_id = ? GROUP BY name ORDER BY sum(dur_ns) DESC, name"
+        + (" LIMIT ?" if limit is not None else ""),
+        [run_id] + ([int(limit)] if limit is not None else [])).fetchall()
+    return [OpTotal(str(r[0]), int(r[1]), int(r[2] or 0)) for r in rows]
