@@ -246,11 +246,27 @@ def test_heavy_packages_are_imported_only_inside_functions() -> None:
         for target, line, top in imports_of(m):
             if not top:
                 continue
+            # tui/ is imported only inside `gpuscope tui`'s run() (the next test), so Textual
+            # at the top of its modules costs nothing anywhere else
+            if _within(m, "gpuscope.tui") and _within(target, "textual"):
+                continue
             if any(_within(target, h) for h in HEAVY) and m != "gpuscope._db":
                 bad.append(f"{MODULES[m].relative_to(REPO)}:{line} imports {target} at module level")
             if target == "gpuscope._db":
                 bad.append(f"{MODULES[m].relative_to(REPO)}:{line} imports gpuscope._db at module level")
     assert not bad, "\n".join(bad)
+
+
+def test_only_the_tui_command_imports_tui_and_only_when_it_runs() -> None:
+    bad = []
+    for m in MODULES:
+        if _within(m, "gpuscope.tui"):
+            continue
+        for target, line, top in imports_of(m):
+            if _within(target, "gpuscope.tui") and (m != "gpuscope.cli.tui" or top):
+                bad.append(f"{MODULES[m].relative_to(REPO)}:{line} imports {target}" + (" at module level" if top else ""))
+    assert not bad, "\n".join(bad)
+    assert any(_within(t, "gpuscope.tui") for t, _, _ in imports_of("gpuscope.cli.tui")), "gpuscope tui runs the TUI"
 
 
 _RUNS_WRITE = re.compile(r"\b(INSERT\s+INTO|UPDATE|DELETE\s+FROM)\s+(\w+\.)?runs\b", re.I)

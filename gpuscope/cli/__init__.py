@@ -55,10 +55,12 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-HELP_ORDER = ("run", "ingest", "analyze", "compare", "ceiling", "specs", "calibrate", "devices", "record", "runs", "sql")
+HELP_ORDER = ("run", "tui", "ingest", "analyze", "compare", "ceiling", "specs", "calibrate", "devices", "record", "runs",
+              "sql")
 
 
-_COMMANDS = ("ingest", "analyze", "runs", "sql", "run", "compare", "specs", "ceiling", "calibrate", "devices", "record")
+_COMMANDS = ("ingest", "analyze", "runs", "sql", "run", "compare", "specs", "ceiling", "calibrate", "devices", "record",
+             "tui")
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -1,0 +1,60 @@
+"""What the screens show, read from the store and the collectors: plain data, no Textual.
+
+Every store read opens the store read-only for one query and closes it at once, so that a
+``gpuscope run`` or ``ingest`` writing the same file is never blocked for long; while a writer
+holds the file, :func:`read_store` raises :class:`StoreBusy` and the screen says "store busy,
+retrying" and tries again at its next refresh. These functions block: screens call them from
+Textual workers (``@work(thread=True)``), never on the UI thread.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+T = TypeVar("T")
+
+#: How long one read waits for a writer before giving up until the next refresh (short: the UI
+#: must stay responsive, and a writer's transaction is short).
+BUSY_RETRY_S = 0.3
+
+
+class StoreBusy(Exception):
+    """Another process is writing the store; try again later."""
+
+
+class NoStore(Exception):
+    """No store at this path yet (``gpuscope run`` or ``gpuscope ingest`` makes one)."""
+
+
+def read_store(db: Path, fn: Callable[[Any], T]) -> T:
+    """``fn(connection)`` on the store opened read-only, then closed."""
+    from gpuscope import store
+    from gpuscope.errors import StoreError
+
+    if not store.store_exists(db):
+        raise NoStore(str(db))
+    try:
+        con = store.connect(db, read_only=True, retry_s=BUSY_RETRY_S)
+    except StoreError as exc:
+        if "busy" in str(exc):
+            raise StoreBusy(str(exc)) from None
+        raise
+    try:
+        return fn(con)
+    finally:
+        con.close()
+
+
+def runs(db: Path) -> list[dict[str, Any]]:
+    """Every run, newest first (``gpuscope runs --json``'s rows)."""
+    from gpuscope.store import read
+
+    return read_store(db, read.list_runs)
+
+
+def analysis(db: Path, run_id: int, top: int = 50) -> dict[str, Any]:
+    """One run's analysis (``gpuscope analyze --json``'s document)."""
+    from gpuscope.analyzers.breakdown import analyze_run
+
+    return read_store(db, lambda con: analyze_run(con, run_id, top=top))

@@ -1,0 +1,1 @@
+"""Widgets the screens share (sparklines, the breakdown bar, the roofline plot)."""
