@@ -1,15 +1,355 @@
-"""Stored runs (work in progress: issue 16)."""
+"""The runs screen (2): the stored runs, newest first, in a table that follows the store.
+
+Every few seconds a worker reads ``gpuscope runs``' rows (``tui/data.runs``, one short
+read-only connection) so that a run another ``gpuscope run`` is still recording updates as it
+goes; only the cells that changed are rewritten. ``/`` filters by typing (name, status, source,
+command), ``s`` cycles the sort column (a click on a header sorts by it, a second click turns
+it round), Enter or a click on the selected row opens the run, ``c`` marks it for compare.
+"""
 from __future__ import annotations
 
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from rich.text import Text
+from textual import work
 from textual.app import ComposeResult
+from textual.binding import Binding
 from textual.screen import Screen
-from textual.widgets import Footer, Header, Static
+from textual.widgets import DataTable, Footer, Header, Input, Static
+
+from gpuscope.render.table import fmt_ns_time, fmt_us, shorten
+
+from .. import data
+
+#: How often the table is read again (seconds): often enough to follow a recording run, rarely
+#: enough that the store is almost never held.
+REFRESH_S = 2.0
+
+HOW_TO_MAKE = "make one with `gpuscope run -- CMD` or `gpuscope ingest TRACE`"
+
+
+@dataclass(frozen=True)
+class Column:
+    """A table column: its key, header, alignment, and how rows sort by it."""
+
+    key: str
+    header: str
+    align: str = "l"
+    #: what a row sorts by (None: the column does not sort)
+    sort: Callable[[dict[str, Any]], Any] | None = None
+    #: sort largest first (numbers, times)
+    descending: bool = False
+
+
+def fit_columns(columns: Sequence[Column], widths: dict[str, int], avail: int, drop: Sequence[str],
+                flex: str | None = None, flex_min: int = 12) -> tuple[list[Column], int | None]:
+    """The columns that fit ``avail`` cells (each cell padded by one on either side, as DataTable
+    draws it) and the width of the ``flex`` column: the ``flex`` column narrows to ``flex_min``
+    first, then the columns named in ``drop`` go, in that order, until the rest fits (as
+    ``render.table.table(..., drop=...)`` does for text)."""
+    cols = list(columns)
+
+    def need(cs: list[Column], flex_w: int | None) -> int:
+        return sum((flex_w if c.key == flex and flex_w is not None else widths[c.key]) + 2 for c in cs)
+
+    flex_w = widths.get(flex) if flex else None
+    if flex_w is not None and need(cols, flex_w) > avail:
+        flex_w = max(flex_min, flex_w - (need(cols, flex_w) - avail))
+    for key in drop:
+        if need(cols, flex_w) <= avail:
+            break
+        cols = [c for c in cols if c.key != key]
+        if flex_w is not None and flex:
+            flex_w = max(flex_min, min(widths[flex], widths[flex] - (need(cols, widths[flex]) - avail)))
+    return cols, flex_w
+
+
+def cell_text(value: Any, align: str) -> Text:
+    """A table cell as plain text (never markup: run and op names are data)."""
+    return Text("-" if value is None else str(value), justify="right" if align == "r" else "left",
+                no_wrap=True, overflow="ellipsis")
+
+
+def _duration_us(r: dict[str, Any], now_ns: int) -> float | None:
+    if r.get("started_ns") and r.get("ended_ns"):
+        return (r["ended_ns"] - r["started_ns"]) / 1e3
+    if r.get("status") == "recording" and r.get("started_ns"):
+        return max(0, now_ns - r["started_ns"]) / 1e3  # still going: so far
+    return None
+
+
+def _started(ns: int | None, wide: bool) -> str:
+    text = fmt_ns_time(ns)
+    # narrow terminals: month-day hour:minute, the year and seconds are rarely what tells runs apart
+    return text if wide or len(text) != 19 else text[5:16]
+
+
+RUN_COLUMNS = (
+    Column("mark", " ", sort=None),
+    Column("id", "id", "r", lambda r: r["id"], True),
+    Column("name", "name", "l", lambda r: str(r["name"]).lower()),
+    Column("status", "status", "l", lambda r: r["status"]),
+    Column("source", "source", "l", lambda r: r["source"] or ""),
+    Column("started", "started", "l", lambda r: r["started_ns"] or 0, True),
+    Column("duration", "duration", "r", lambda r: _duration_us(r, time.time_ns()) or -1.0, True),
+    Column("devices", "dev", "r", lambda r: r["devices"], True),
+    Column("kernels", "kernels", "r", lambda r: r["kernels"], True),
+    Column("ops", "ops", "r", lambda r: r["ops"], True),
+    Column("samples", "samples", "r", lambda r: r["samples"], True),
+    Column("exit", "exit", "r", lambda r: -1 if r["exit_code"] is None else r["exit_code"], True),
+)
+#: what goes first when the terminal is narrow (what identifies a run stays)
+RUN_DROP = ("samples", "devices", "exit", "ops", "source", "kernels", "duration", "started")
+#: the order ``s`` walks through: None is the store's (newest first)
+SORT_CYCLE: tuple[str | None, ...] = (None, "name", "status", "source", "started", "duration", "devices",
+                                      "kernels", "ops", "exit", "id")
+
+
+def run_cells(r: dict[str, Any], marks: list[int], wide: bool, now_ns: int) -> dict[str, Any]:
+    """One run's cells as strings, by column key."""
+    mark = ""
+    if r["id"] in marks:
+        mark = "AB"[marks.index(r["id"])]
+    return {
+        "mark": mark, "id": r["id"], "name": r["name"], "status": r["status"], "source": r["source"],
+        "started": _started(r["started_ns"], wide), "duration": fmt_us(_duration_us(r, now_ns)),
+        "devices": r["devices"], "kernels": r["kernels"], "ops": r["ops"], "samples": r["samples"],
+        "exit": "-" if r["exit_code"] is None else r["exit_code"],
+    }
+
+
+def run_matches(r: dict[str, Any], needle: str) -> bool:
+    """Whether the filter text is in the run's name, status, source or command."""
+    needle = needle.strip().lower()
+    if not needle:
+        return True
+    return any(needle in str(r.get(k) or "").lower() for k in ("name", "status", "source", "command"))
 
 
 class RunsScreen(Screen[None]):
     """Stored runs."""
 
+    BINDINGS = [
+        Binding("enter", "open", "open"),
+        Binding("c", "mark", "compare mark"),
+        Binding("slash", "filter", "filter", key_display="/"),
+        Binding("s", "cycle_sort", "sort"),
+        Binding("escape", "clear_filter", "clear filter", show=False),
+    ]
+
+    def __init__(self) -> None:
+        super().__init__()
+        #: the rows last read (store order: newest first)
+        self.rows: list[dict[str, Any]] = []
+        #: the filter text
+        self.filter_text = ""
+        #: the sort column (None: newest first) and whether it is turned round
+        self.sort_key: str | None = None
+        self.sort_reverse = False
+        #: what the status line says about the store ("" when the last read worked)
+        self.store_message = ""
+        self._shown_keys: list[str] = []
+        self._shown_cols: list[str] = []
+        self._shown_cells: dict[str, dict[str, Any]] = {}
+        self._loaded = False
+
     def compose(self) -> ComposeResult:
         yield Header()
-        yield Static("Stored runs", classes="status")
+        yield Input(placeholder="filter: name, status, source or command (Esc clears)", id="runs-filter")
+        yield Static("reading the store…", id="runs-status", classes="status")
+        table: DataTable[Any] = DataTable(id="runs-table", cursor_type="row", zebra_stripes=True)
+        yield table
         yield Footer()
+
+    def on_mount(self) -> None:
+        self.query_one("#runs-filter", Input).display = False
+        self.set_interval(REFRESH_S, self.reload)
+        self.reload()
+
+    def on_screen_resume(self) -> None:
+        self.query_one("#runs-table", DataTable).focus()
+        if self._loaded:
+            self.show()  # the marks may have changed on another screen
+            self.reload()
+
+    def on_resize(self) -> None:
+        if self._loaded:
+            self.show()
+
+    # -- reading ---------------------------------------------------------------------------
+
+    def reload(self) -> None:
+        """Read the runs again (in a worker), unless another screen is showing."""
+        if self._loaded and not self.is_current:
+            return
+        self._read_runs()
+
+    @work(thread=True, exclusive=True, group="runs-read")
+    def _read_runs(self) -> None:
+        from gpuscope.errors import StoreError
+
+        db = self.app.db  # type: ignore[attr-defined]
+        rows: list[dict[str, Any]] | None = None
+        try:
+            rows = data.runs(db)
+            message = "" if rows else f"The store {db} has no runs yet: {HOW_TO_MAKE}."
+        except data.NoStore:
+            rows = []
+            message = f"No store at {db} yet: {HOW_TO_MAKE}."
+        except data.StoreBusy:
+            message = "store busy, retrying"  # keep the rows we have; the next refresh tries again
+        except StoreError as exc:
+            message = str(exc)
+        self.app.call_from_thread(self._got_rows, rows, message)
+
+    def _got_rows(self, rows: list[dict[str, Any]] | None, message: str) -> None:
+        if rows is not None:
+            self.rows = rows
+        self.store_message = message
+        self._loaded = True
+        self.show()
+
+    # -- showing ---------------------------------------------------------------------------
+
+    def visible_rows(self) -> list[dict[str, Any]]:
+        """The rows the table shows: filtered, then sorted."""
+        rows = [r for r in self.rows if run_matches(r, self.filter_text)]
+        if self.sort_key is not None:
+            col = next(c for c in RUN_COLUMNS if c.key == self.sort_key)
+            assert col.sort is not None
+            rows.sort(key=col.sort, reverse=col.descending != self.sort_reverse)
+        elif self.sort_reverse:
+            rows.reverse()
+        return rows
+
+    def show(self) -> None:
+        """Bring the table and the status line in line with the rows, marks, filter and sort;
+        rewrite only the cells that changed when the same runs are shown in the same order."""
+        table = self.query_one("#runs-table", DataTable)
+        marks = list(self.app.compare_ids)  # type: ignore[attr-defined]
+        width = self.size.width or self.app.size.width
+        wide = width >= 120
+        now_ns = time.time_ns()
+        rows = self.visible_rows()
+        cells = {str(r["id"]): run_cells(r, marks, wide, now_ns) for r in rows}
+        widths = {c.key: max([len(c.header)] + [len(str(cells[k][c.key])) for k in cells]) for c in RUN_COLUMNS}
+        widths["mark"] = 1
+        cols, name_w = fit_columns(RUN_COLUMNS, widths, max(20, width - 2), RUN_DROP, flex="name", flex_min=12)
+        if name_w is not None:
+            for k in cells:
+                cells[k]["name"] = shorten(cells[k]["name"], name_w)
+        keys = list(cells)
+        col_keys = [c.key for c in cols]
+        if col_keys != self._shown_cols or keys != self._shown_keys:
+            selected = self.selected_run_id()
+            table.clear(columns=col_keys != self._shown_cols)
+            if col_keys != self._shown_cols:
+                for c in cols:
+                    label = c.header
+                    if c.key == self.sort_key:
+                        label += " ▲" if self.sort_reverse else " ▼"
+                    table.add_column(label, key=c.key)
+            for k in keys:
+                table.add_row(*(cell_text(cells[k][c.key], c.align) for c in cols), key=k)
+            if selected is not None and str(selected) in cells:
+                table.move_cursor(row=keys.index(str(selected)), animate=False)
+        else:
+            for k in keys:
+                old = self._shown_cells.get(k, {})
+                for c in cols:
+                    if old.get(c.key) != cells[k][c.key]:
+                        table.update_cell(k, c.key, cell_text(cells[k][c.key], c.align))
+        self._shown_cols, self._shown_keys, self._shown_cells = col_keys, keys, cells
+        self._show_status(len(rows), marks)
+
+    def _show_status(self, n_shown: int, marks: list[int]) -> None:
+        status = self.query_one("#runs-status", Static)
+        status.set_class(self.store_message == "store busy, retrying", "busy")
+        if self.store_message and (self.store_message != "store busy, retrying" or not self.rows):
+            status.update(Text(self.store_message))
+            return
+        parts = [f"{n_shown} of {len(self.rows)} runs" if self.filter_text else f"{len(self.rows)} runs"]
+        if self.filter_text:
+            parts.append(f"filter '{self.filter_text}'")
+        parts.append(f"sorted by {self.sort_key or 'newest'}{' (reversed)' if self.sort_reverse else ''}")
+        if marks:
+            parts.append("compare: " + " vs ".join(str(m) for m in marks) + ("" if len(marks) == 2 else " (c marks B)"))
+        if self.store_message:
+            parts.insert(0, self.store_message)
+        status.update(Text(" · ".join(parts)))
+
+    def selected_run_id(self) -> int | None:
+        """The run under the cursor (None when the table is empty)."""
+        table = self.query_one("#runs-table", DataTable)
+        if table.row_count == 0:
+            return None
+        try:
+            key = table.coordinate_to_cell_key(table.cursor_coordinate).row_key
+        except Exception:  # cursor outside the rows
+            return None
+        return None if key.value is None else int(key.value)
+
+    # -- actions ---------------------------------------------------------------------------
+
+    def action_open(self) -> None:
+        run_id = self.selected_run_id()
+        if run_id is not None:
+            self.app.open_run(run_id)  # type: ignore[attr-defined]
+
+    def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
+        # Enter on the table, or a click on the highlighted row
+        event.stop()
+        if event.row_key.value is not None:
+            self.app.open_run(int(event.row_key.value))  # type: ignore[attr-defined]
+
+    def action_mark(self) -> None:
+        run_id = self.selected_run_id()
+        if run_id is None:
+            return
+        self.app.mark_for_compare(run_id)  # type: ignore[attr-defined]
+        if self.is_current:
+            self.show()
+
+    def action_filter(self) -> None:
+        box = self.query_one("#runs-filter", Input)
+        box.display = True
+        box.focus()
+
+    def on_input_changed(self, event: Input.Changed) -> None:
+        self.filter_text = event.value
+        self.show()
+
+    def on_input_submitted(self, event: Input.Submitted) -> None:
+        box = self.query_one("#runs-filter", Input)
+        if not box.value:
+            box.display = False
+        self.query_one("#runs-table", DataTable).focus()
+
+    def action_clear_filter(self) -> None:
+        box = self.query_one("#runs-filter", Input)
+        box.value = ""
+        box.display = False
+        self.filter_text = ""
+        self.query_one("#runs-table", DataTable).focus()
+        self.show()
+
+    def action_cycle_sort(self) -> None:
+        i = SORT_CYCLE.index(self.sort_key) if self.sort_key in SORT_CYCLE else 0
+        self.sort_key = SORT_CYCLE[(i + 1) % len(SORT_CYCLE)]
+        self.sort_reverse = False
+        self._shown_cols = []  # headers carry the sort arrow
+        self.show()
+
+    def on_data_table_header_selected(self, event: DataTable.HeaderSelected) -> None:
+        key = event.column_key.value
+        if key not in SORT_CYCLE:
+            return
+        if key == self.sort_key:
+            self.sort_reverse = not self.sort_reverse
+        else:
+            self.sort_key, self.sort_reverse = key, False
+        self._shown_cols = []
+        self.show()
