@@ -1,0 +1,113 @@
+"""`gpuscope tui` in a real terminal (tmux): start it, read the screen, press keys, quit.
+
+Skips, saying so, where tmux is missing (CI installs it: .ci/run)."""
+from __future__ import annotations
+
+import os
+import shlex
+import shutil
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from conftest import FIXTURES, REPO, cpu_op, kernel, run_cli, runtime, write_trace
+
+RECORDING = FIXTURES / "recordings" / "synthetic_h100_a100.jsonl"
+RUN_NAME = "tmux-probe-run"
+WIDTH, HEIGHT = 100, 30
+
+pytestmark = pytest.mark.skipif(shutil.which("tmux") is None,
+                                reason="tmux is not installed (apt-get install tmux; .ci/run does in CI)")
+
+
+class Tmux:
+    """One private tmux server (its own socket), so nothing else's sessions are touched."""
+
+    def __init__(self) -> None:
+        self.socket = f"gpuscope-test-{uuid.uuid4().hex[:8]}"
+        self.session = "tui"
+
+    def __call__(self, *args: str) -> str:
+        p = subprocess.run(["tmux", "-L", self.socket, *args], capture_output=True, text=True, timeout=30)
+        assert p.returncode == 0, (args, p.stderr)
+        return p.stdout
+
+    def screen(self) -> str:
+        return self("capture-pane", "-p", "-t", self.session)
+
+    def keys(self, *keys: str) -> None:
+        self("send-keys", "-t", self.session, *keys)
+
+    def wait_for(self, what: str, check: Callable[[str], bool], timeout_s: float = 30) -> str:
+        deadline = time.monotonic() + timeout_s
+        text = ""
+        while time.monotonic() < deadline:
+            text = self.screen()
+            if check(text):
+                return text
+            time.sleep(0.2)
+        raise AssertionError(f"{what}: not on the screen within {timeout_s:g} s; the screen:\n{text}")
+
+    def close(self) -> None:
+        subprocess.run(["tmux", "-L", self.socket, "kill-server"], capture_output=True, timeout=30)
+
+
+def _store_with_one_run(tmp_path: Path) -> Path:
+    events = [
+        cpu_op("aten::mm", 0.0, 60.0, ext=1, dims=[[512, 512], [512, 512]], types=["float", "float"]),
+        runtime("cudaLaunchKernel", 5.0, 5.0, corr=10, ext=1),
+        kernel("ampere_sgemm_128x64_nn", 12.0, 40.0, corr=10),
+    ]
+    trace = write_trace(tmp_path / "probe.json", events)
+    db = tmp_path / "store.duckdb"
+    r = run_cli("ingest", "--db", str(db), "--name", RUN_NAME, "-q", str(trace))
+    assert r.code == 0, r.err
+    return db
+
+
+@pytest.fixture
+def tmux() -> Tmux:
+    t = Tmux()
+    yield t
+    t.close()
+
+
+def test_tui_in_a_real_terminal_shows_screens_takes_keys_and_quits(tmp_path: Path, tmux: Tmux) -> None:
+    db = _store_with_one_run(tmp_path)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("GPUSCOPE_", "TMUX", "NO_COLOR"))}
+    cmd = shlex.join([sys.executable, "-m", "gpuscope", "tui", "--db", str(db), "--replay", str(RECORDING),
+                      "--interval", "0.5"])
+    # the shell line after the app says how it ended, and keeps the pane open to read it
+    script = f"cd {shlex.quote(str(REPO))} && {cmd}; echo gpuscope-exit=$?; sleep 120"
+    tmux("new-session", "-d", "-s", tmux.session, "-x", str(WIDTH), "-y", str(HEIGHT),
+         *[a for k, v in env.items() if k in ("PATH", "HOME", "LANG", "LC_ALL", "PYTHONPATH", "VIRTUAL_ENV")
+           for a in ("-e", f"{k}={v}")],
+         "-e", "TERM=xterm-256color", script)
+
+    # the live screen first (the default), with the app's title
+    first = tmux.wait_for("the first screen", lambda s: "gpuscope" in s and "gpuscope-exit" not in s)
+    assert len(first.splitlines()) <= HEIGHT
+    assert "Traceback" not in first
+
+    # 2: the runs screen, with the stored run on it
+    tmux.keys("2")
+    tmux.wait_for("the runs screen with the stored run", lambda s: RUN_NAME in s)
+
+    # ?: the help, every key; Esc closes it and the runs screen is back
+    tmux.keys("?")
+    shown = tmux.wait_for("the help", lambda s: "keys" in s and "compare" in s and "Esc" in s)
+    for key in ("q", "Tab", "Enter", "Esc", "1 2 3 4"):
+        assert key in shown, (key, shown)
+    tmux.keys("Escape")
+    tmux.wait_for("the runs screen again", lambda s: RUN_NAME in s and "next screen" not in s)
+
+    # q: the app quits, exit code 0, and the terminal is the shell's again
+    tmux.keys("q")
+    last = tmux.wait_for("the app's exit", lambda s: "gpuscope-exit=" in s, timeout_s=30)
+    assert "gpuscope-exit=0" in last, last
+    assert "Traceback" not in last
