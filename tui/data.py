@@ -58,3 +58,14 @@ def analysis(db: Path, run_id: int, top: int = 50) -> dict[str, Any]:
     from gpuscope.analyzers.breakdown import analyze_run
 
     return read_store(db, lambda con: analyze_run(con, run_id, top=top))
+
+
+def compare(db: Path, run_a: int, run_b: int, roof: str = "spec") -> dict[str, Any]:
+    """Two runs op by op, ``run_a`` the baseline (``gpuscope compare A B --json``'s document:
+    the same analysis of each run, every op and kernel, through the same analyzer), in one read."""
+    from gpuscope.analyzers.breakdown import analyze_run
+    from gpuscope.analyzers.compare import compare_docs
+
+    doc_a, doc_b = read_store(db, lambda con: (analyze_run(con, run_a, roof=roof),
+                                               analyze_run(con, run_b, roof=roof)))
+    return compare_docs(doc_a, doc_b)
