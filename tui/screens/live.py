@@ -1,15 +1,256 @@
-"""Live telemetry (work in progress: issue 16)."""
+"""The live screen: every GPU on the machine and the host, refreshed every ``app.interval_s``.
+
+Telemetry comes from :class:`gpuscope.sampling.Sampler` writing into a
+:class:`gpuscope.sinks.LiveBuffer`; the screen reads only :meth:`LiveBuffer.snapshot`. The
+sampler is built and started in a thread worker (opening NVML / AMD SMI never runs on the UI
+thread) and has its own threads; it is stopped when the screen goes away (quit). With
+``app.replay`` the GPUs are a recording played in a loop and the host is this machine, as in
+``gpuscope run --replay``.
+
+Each device is a :class:`~gpuscope.tui.widgets.live_device.DeviceCard` built once; a refresh
+feeds the new samples to the cards' histories and changes only the values that changed. What
+is missing says why: a vendor that is not here (the reasons ``gpuscope devices`` gives), a
+metric the device does not have (``DeviceInfo.unsupported``) or could not read now (the
+sampler's degradations), a lost device, processes a vendor does not report.
+"""
 from __future__ import annotations
 
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
 from textual.app import ComposeResult
+from textual.containers import VerticalScroll
+from textual.events import Resize
 from textual.screen import Screen
 from textual.widgets import Footer, Header, Static
 
+from ..widgets.live_device import GPU_CELLS, HOST_CELLS, DeviceCard
+from ..widgets.live_history import bucket_seconds
+
+#: Rows kept per device between two refreshes (a refresh reads only what is new).
+BUFFER_ROWS = 64
+#: The width one metric cell wants; the cards put as many side by side as fit (2 at 80 columns).
+CELL_COLUMNS_WIDTH = 40
+
+
+def gpus_only(path: Path) -> Any:
+    """The recording at ``path`` without its host device and rows (its GPUs stand in for this
+    machine's; the host shown is this one), as ``gpuscope run --replay`` plays it."""
+    from gpuscope.collectors.replay import Recording, load_recording
+
+    rec = load_recording(path)
+    hosts = {d.key for d in rec.devices if d.kind == "host"}
+    ticks = [[r for r in tick if r.get("device") not in hosts] for tick in rec.ticks]
+    return Recording(rec.path, rec.header, [d for d in rec.devices if d.key not in hosts],
+                     [t for t in ticks if t], rec.end)
+
+
+class AllProcesses:
+    """Every process on the machine, as the sampler's process "tree": the GPU collectors report
+    the processes using each GPU among the pids they are given. Re-listed at most once a
+    second (a directory listing), in the sampler's thread."""
+
+    def __init__(self, refresh_s: float = 1.0) -> None:
+        self.refresh_s = refresh_s
+        self._pids: frozenset[int] = frozenset()
+        self._last = -1e18
+
+    def pids(self) -> frozenset[int]:
+        now = time.monotonic()
+        if now - self._last >= self.refresh_s:
+            self._last = now
+            try:
+                import psutil
+
+                self._pids = frozenset(psutil.pids())
+            except Exception:  # no psutil, or /proc unreadable: no per-process rows
+                self._pids = frozenset()
+        return self._pids
+
+
+def process_name(pid: int) -> str:
+    """A process's short name (Linux ``/proc/PID/comm``), ``?`` when it cannot be read."""
+    try:
+        with open(f"/proc/{pid}/comm", encoding="utf-8", errors="replace") as f:
+            return f.read().strip() or "?"
+    except OSError:
+        return "?"
+
 
 class LiveScreen(Screen[None]):
-    """Live telemetry."""
+    """Live telemetry of every GPU and the host."""
+
+    DEFAULT_CSS = """
+    LiveScreen #live-status { height: auto; padding: 0 1; }
+    LiveScreen #live-devices { height: 1fr; padding: 0 1; }
+    LiveScreen .no-gpu { height: auto; }
+    LiveScreen.cols-1 DeviceCard > .cells { grid-size: 1; }
+    LiveScreen.cols-3 DeviceCard > .cells { grid-size: 3; }
+    LiveScreen.cols-4 DeviceCard > .cells { grid-size: 4; }
+    """
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._lock = threading.Lock()
+        self._sampler: Any = None
+        self._buffer: Any = None
+        self._closing = False
+        self._cards: dict[str, DeviceCard] = {}
+        self._shown_ts: dict[str, int | None] = {}
+        self._reasons: dict[str | None, dict[str | None, str]] = {}
+        self._names: dict[int, str] = {}
+        self._columns = 2
+        #: refreshes done since the devices were shown (tests wait on it)
+        self.refreshes = 0
+        #: the vendors' statuses once the sampler started (None before)
+        self.vendors: list[Any] | None = None
+        #: why the sampler could not start (None while it runs)
+        self.failure: str | None = None
 
     def compose(self) -> ComposeResult:
         yield Header()
-        yield Static("Live telemetry", classes="status")
+        yield Static("starting the telemetry sampler…", id="live-status", classes="status", markup=False)
+        yield VerticalScroll(id="live-devices")
         yield Footer()
+
+    def on_mount(self) -> None:
+        self._apply_columns()
+        self.run_worker(self._start_sampler, thread=True, group="live-sampler", exit_on_error=False,
+                        name="live sampler start")
+        self.set_interval(float(getattr(self.app, "interval_s", 1.0)), self._refresh_values)
+
+    def on_unmount(self) -> None:
+        self.stop_sampler()
+
+    # -- the sampler (its start in a worker thread) ----------------------------------------
+    def _start_sampler(self) -> None:
+        from gpuscope.collectors import HostCollector, ReplayCollector, default_collectors
+        from gpuscope.sampling import Sampler
+        from gpuscope.sinks import LiveBuffer
+
+        app = self.app
+        interval = float(getattr(app, "interval_s", 1.0))
+        replay = getattr(app, "replay", None)
+        buffer = LiveBuffer(maxlen=BUFFER_ROWS)
+        try:
+            if replay is not None:
+                collectors = [ReplayCollector(gpus_only(Path(replay)), loop=True), HostCollector()]
+                tree = None
+            else:
+                # the host row without a process tree (the host's own CPU and memory); every pid
+                # goes to the GPU collectors so that they name the processes using each GPU
+                collectors = default_collectors(None)
+                tree = AllProcesses()
+            sampler = Sampler(collectors, [buffer], interval_s=interval, batch_s=min(0.5, interval), tree=tree)
+            sampler.start()
+        except Exception as exc:  # shown on the screen, the app goes on (the other screens work)
+            self._from_thread(self._failed, f"{type(exc).__name__}: {exc}")
+            return
+        with self._lock:
+            closing = self._closing
+            if not closing:
+                self._sampler, self._buffer = sampler, buffer
+        if closing:  # the screen went away while the sampler was starting
+            sampler.stop()
+            return
+        self._from_thread(self._started, list(sampler.devices), list(sampler.vendors))
+
+    def _from_thread(self, fn: Any, *args: Any) -> None:
+        try:
+            self.app.call_from_thread(fn, *args)
+        except Exception:  # the app is gone: nothing to show it on
+            pass
+
+    def stop_sampler(self) -> None:
+        """Stop the sampler (its threads end; the collectors are closed). Safe to call twice."""
+        with self._lock:
+            self._closing = True
+            sampler, self._sampler, self._buffer = self._sampler, None, None
+        if sampler is not None:
+            sampler.stop()
+
+    # -- building the cards once ---------------------------------------------------------------
+    def _failed(self, why: str) -> None:
+        self.failure = why
+        self.query_one("#live-status", Static).update(f"live telemetry could not start: {why}")
+
+    def _status_text(self, devices: list[Any], vendors: list[Any]) -> str:
+        app = self.app
+        gpus = [d for d in devices if d.kind != "host"]
+        lines = []
+        replay = getattr(app, "replay", None)
+        if replay is not None:
+            lines.append(f"replay {Path(replay).name}: {len(gpus)} GPU{'' if len(gpus) == 1 else 's'}, looped; "
+                         "host: this machine")
+        if gpus:  # without a GPU the reasons are where the GPUs would be
+            for v in vendors:
+                if v.vendor == "replay" or v.vendor == "host":
+                    continue
+                lines.append(f"{v.vendor}: found via {v.backend}" if v.available else f"{v.vendor}: {v.reason}")
+        return "\n".join(lines)
+
+    def _started(self, devices: list[Any], vendors: list[Any]) -> None:
+        self.vendors = vendors
+        interval = float(getattr(self.app, "interval_s", 1.0))
+        self.sub_title = f"live · every {interval:g} s · sparklines: last {bucket_seconds(interval) * 2:g} min"
+        status = self.query_one("#live-status", Static)
+        text = self._status_text(devices, vendors)
+        status.update(text)
+        status.display = bool(text)
+        box = self.query_one("#live-devices", VerticalScroll)
+        bucket = bucket_seconds(float(getattr(self.app, "interval_s", 1.0)))
+        widgets: list[Any] = []
+        hosts = [d for d in devices if d.kind == "host"]
+        if not hosts:
+            why = next((v.reason for v in vendors if v.vendor == "host" and not v.available), None)
+            widgets.append(Static(f"host: {why or 'no host telemetry'}", id="host-missing", markup=False))
+        for d in hosts + [d for d in devices if d.kind != "host"]:
+            card = DeviceCard(d, HOST_CELLS if d.kind == "host" else GPU_CELLS, bucket,
+                              processes=d.kind != "host")
+            self._cards[d.key] = card
+            self._shown_ts[d.key] = -1  # nothing shown yet: the first refresh shows "waiting"
+            widgets.append(card)
+        if not any(d.kind != "host" for d in devices):
+            reasons = [f"  {v.vendor}: {v.reason}" for v in vendors
+                       if not v.available and v.vendor not in ("host", "replay")]
+            widgets.append(Static("\n".join(["no GPU found on this machine; showing the host only", *reasons]),
+                                  id="no-gpu", classes="no-gpu", markup=False))
+        box.mount_all(widgets)
+
+    def on_resize(self, event: Resize) -> None:
+        self._apply_columns()
+
+    def _apply_columns(self) -> None:
+        """As many metric cells side by side as the width takes (2 at 80 columns, 4 at 160)."""
+        n = max(1, min(4, self.size.width // CELL_COLUMNS_WIDTH))
+        if n != self._columns:
+            self.remove_class(f"cols-{self._columns}")
+            self._columns = n
+        self.add_class(f"cols-{n}")
+
+    # -- every refresh: only the values ------------------------------------------------------
+    def _refresh_values(self) -> None:
+        buffer = self._buffer
+        if buffer is None or not self._cards:
+            return
+        snap = buffer.snapshot()
+        for g in snap.degradations:
+            self._reasons.setdefault(g.device, {})[g.metric if g.phase != "lost" else None] = g.reason
+        for key, card in self._cards.items():
+            if not card.is_mounted:
+                continue
+            newest = card.feed(snap.samples.get(key, ()))
+            ts = newest.ts_ns if newest is not None else None
+            if ts is not None and ts == self._shown_ts.get(key):
+                continue
+            self._shown_ts[key] = ts
+            card.show(newest, self._reasons.get(key, {}), proc_names=self._proc_names(card))
+        self.refreshes += 1
+
+    def _proc_names(self, card: DeviceCard) -> dict[int, str]:
+        for pid in card.pids():
+            if pid not in self._names:
+                self._names[pid] = process_name(pid)
+        return self._names
