@@ -1,0 +1,150 @@
+"""The TUI's live screen: the replayed recording's two GPUs with the values it holds, the lost
+tick of gpu1, the host, no GPU on this machine (the vendors' reasons), and the sampler's
+threads gone after quit. Values expected come from the recording itself (load_recording)."""
+from __future__ import annotations
+
+import asyncio
+import threading
+from pathlib import Path
+
+import pytest
+
+from conftest import FIXTURES
+
+pytest.importorskip("textual")
+
+RECORDING = FIXTURES / "recordings" / "synthetic_h100_a100.jsonl"
+SAMPLER_THREADS = ("gpuscope-sampler", "gpuscope-sink")
+
+
+def _screen_text(app) -> str:
+    return "\n".join(strip.text for strip in app.screen._compositor.render_strips())
+
+
+def _sampler_threads() -> list[str]:
+    return [t.name for t in threading.enumerate() if t.name in SAMPLER_THREADS]
+
+
+async def _wait(pilot, cond, seconds: float = 15.0) -> bool:
+    for _ in range(int(seconds / 0.1)):
+        if cond():
+            return True
+        await pilot.pause(0.1)
+    return cond()
+
+
+def _recorded(key: str, metric: str) -> set:
+    from gpuscope.collectors.replay import load_recording
+
+    rec = load_recording(RECORDING)
+    return {r["values"][metric] for tick in rec.ticks for r in tick
+            if r["device"] == key and metric in r["values"]}
+
+
+def _cell_value(card, cell_key: str) -> str:
+    """The value a cell shows (its text without the label)."""
+    from gpuscope.tui.widgets.live_device import LABEL_WIDTH
+
+    cell = card.query_one(f"#{card.id}-{cell_key}")
+    return cell.text[LABEL_WIDTH:].strip()
+
+
+def _app(replay: Path | None, tmp_path: Path):
+    from gpuscope.tui.app import GpuscopeApp
+
+    return GpuscopeApp(db=tmp_path / "s.duckdb", replay=replay, interval_s=0.1)
+
+
+@pytest.mark.parametrize("size", [(80, 24), (160, 48)])
+def test_replayed_gpus_show_recorded_values_lost_tick_and_host(tmp_path: Path, size: tuple[int, int]) -> None:
+    from gpuscope.collectors.replay import load_recording
+    from gpuscope.tui.widgets.live_device import fmt_against, fmt_metric
+
+    rec = load_recording(RECORDING)
+    gpus = [d for d in rec.devices if d.kind != "host"]
+    assert len(gpus) == 2
+
+    async def go() -> None:
+        app = _app(RECORDING, tmp_path)
+        async with app.run_test(size=size) as pilot:
+            screen = app.screen
+            assert await _wait(pilot, lambda: screen.refreshes >= 5 and all(
+                _cell_value(screen._cards[d.key], "power") not in ("", "waiting…") for d in gpus)), screen.failure
+            text = _screen_text(app)
+            for d in gpus:  # both names, on screen (not scrolled away) at 80x24 too
+                assert d.name in text, (d.name, text)
+            assert "\nhost " in "\n" + "\n".join(line.strip() for line in text.splitlines())
+            assert "CPU" in text
+            # values shown are values of that GPU in the recording (or "lost" on its lost tick)
+            for d in gpus:
+                card = screen._cards[d.key]
+                for cell, metric in (("util", "gpu_util"), ("temp", "temp_c"), ("smclk", "sm_clock_mhz")):
+                    shown = _cell_value(card, cell)
+                    allowed = {fmt_metric(metric, v) for v in _recorded(d.key, metric)} | {"lost"}
+                    assert shown in allowed, (d.key, cell, shown, allowed)
+                power = _cell_value(card, "power")
+                limits = _recorded(d.key, "power_limit_w")
+                allowed = {fmt_against("power_w", v, "power_limit_w", lim)
+                           for v in _recorded(d.key, "power_w") for lim in limits} | {"lost"}
+                assert power in allowed, (d.key, power, allowed)
+            # the A100 lacks GPM: the reason from the recording's device, not a blank
+            a100 = next(d for d in gpus if "sm_active" in d.unsupported)
+            assert a100.unsupported["sm_active"] in " ".join(
+                str(w.render()) for w in screen._cards[a100.key].query(".card-missing"))
+            # the recording loses gpu1 for a tick range: the card says LOST
+            lost_key = next(r["device"] for tick in rec.ticks for r in tick if r.get("lost"))
+            card = screen._cards[lost_key]
+            assert await _wait(pilot, lambda: card.lost), "the lost tick was never shown"
+            assert "LOST" in card.title_text and _cell_value(card, "util") == "lost"
+            assert "LOST" in _screen_text(app)
+            assert _sampler_threads()
+        # quit: the sampler's threads are gone
+        for _ in range(50):
+            if not _sampler_threads():
+                break
+            await asyncio.sleep(0.1)
+        assert not _sampler_threads()
+
+    asyncio.run(go())
+
+
+def test_no_gpu_shows_the_host_and_the_vendors_reasons(tmp_path: Path) -> None:
+    from gpuscope.collectors import discover
+
+    devices, vendors = discover()
+    if any(d.kind != "host" for d in devices):
+        pytest.skip("this machine has a GPU")
+    missing = [v for v in vendors if not v.available and v.vendor in ("nvidia", "amd")]
+    assert missing
+
+    async def go() -> None:
+        app = _app(None, tmp_path)
+        async with app.run_test(size=(80, 24)) as pilot:
+            screen = app.screen
+            assert await _wait(pilot, lambda: screen.refreshes >= 3 and "host" in screen._cards), screen.failure
+            assert await _wait(pilot, lambda: "%" in _cell_value(screen._cards["host"], "cpu"))
+            no_gpu = str(screen.query_one("#no-gpu").render())
+            assert "no GPU" in no_gpu
+            for v in missing:
+                assert f"{v.vendor}: {v.reason}" in no_gpu
+            text = _screen_text(app)
+            assert "no GPU found" in text and "nvidia:" in text and "CPU" in text
+        for _ in range(50):
+            if not _sampler_threads():
+                break
+            await asyncio.sleep(0.1)
+        assert not _sampler_threads()
+
+    asyncio.run(go())
+
+
+def test_history_buckets_average_and_stay_bounded() -> None:
+    from gpuscope.tui.widgets.live_history import MetricHistory
+
+    h = MetricHistory(1.0, points=3)
+    for i, v in enumerate([1.0, 3.0]):
+        h.add(int(i * 0.4e9), v)
+    assert h.data == [2.0]
+    for s in range(1, 6):
+        h.add(s * 10**9, float(s))
+    assert h.data == [3.0, 4.0, 5.0]
