@@ -60,6 +60,31 @@ def analysis(db: Path, run_id: int, top: int = 50) -> dict[str, Any]:
     return read_store(db, lambda con: analyze_run(con, run_id, top=top))
 
 
+#: The telemetry the run screen's timeline shows.
+RUN_TIMELINE_METRICS = ["power_w", "gpu_util"]
+#: The annotations the run screen puts on its timeline.
+RUN_TIMELINE_KINDS = ["profiler_window", "mark", "device_lost"]
+
+
+def run_detail(db: Path, run_id: int | None, top: int = 50) -> dict[str, Any]:
+    """What the run screen shows of one run (None: the newest), in one read: ``analysis``
+    (``gpuscope analyze --json``'s document, top ``top`` ops and kernels), and for its timeline
+    ``devices``, ``samples`` (power and utilization) and ``annotations`` (windows, marks)."""
+    from gpuscope.analyzers.breakdown import analyze_run
+    from gpuscope.store import read
+
+    def one(con: Any) -> dict[str, Any]:
+        rid = read.resolve_run(con, run_id, db).id
+        return {
+            "analysis": analyze_run(con, rid, top=top),
+            "devices": read.devices(con, rid),
+            "samples": read.samples(con, rid, RUN_TIMELINE_METRICS),
+            "annotations": read.annotations(con, rid, RUN_TIMELINE_KINDS),
+        }
+
+    return read_store(db, one)
+
+
 def compare(db: Path, run_a: int, run_b: int, roof: str = "spec") -> dict[str, Any]:
     """Two runs op by op, ``run_a`` the baseline (``gpuscope compare A B --json``'s document:
     the same analysis of each run, every op and kernel, through the same analyzer), in one read."""

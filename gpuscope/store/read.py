@@ -237,3 +237,39 @@ def op_totals(con: duckdb.DuckDBPyConnection, run_id: int, limit: int | None = N
         + (" LIMIT ?" if limit is not None else ""),
         [run_id] + ([int(limit)] if limit is not None else [])).fetchall()
     return [OpTotal(str(r[0]), int(r[1]), int(r[2] or 0)) for r in rows]
+
+
+@dataclass(frozen=True)
+class AnnotationRow:
+    """One annotation of a run (``kind``: ``profiler_step``, ``user_annotation``,
+    ``gpu_user_annotation``, ``profiler_window``, ``mark``, ``device_lost``; ``value`` parsed
+    from its JSON, None when empty)."""
+
+    kind: str
+    name: str | None
+    ts_ns: int
+    dur_ns: int | None
+    device_id: int | None
+    pid: str | None
+    value: Any
+
+
+def annotations(con: duckdb.DuckDBPyConnection, run_id: int, kinds: list[str] | None = None) -> list[AnnotationRow]:
+    """The run's annotations in time order, only those of ``kinds`` when given."""
+    where, params = "run_id = ?", [run_id]
+    if kinds is not None:
+        if not kinds:
+            return []
+        where += " AND kind IN (" + ", ".join("?" for _ in kinds) + ")"
+        params += list(kinds)
+    rows = con.execute(f"SELECT kind, name, ts_ns, dur_ns, device_id, pid, value FROM annotations WHERE {where} "
+                       "ORDER BY ts_ns, kind, name", params).fetchall()
+    out = []
+    for r in rows:
+        try:
+            value = json.loads(r[6]) if r[6] else None
+        except ValueError:
+            value = r[6]
+        out.append(AnnotationRow(str(r[0]), r[1], int(r[2]), None if r[3] is None else int(r[3]),
+                                 None if r[4] is None else int(r[4]), r[5], value))
+    return out

@@ -1,18 +1,301 @@
-"""One run (work in progress: issue 16)."""
+"""One run: the time breakdown, the top ops and kernels, the roofline plot, the telemetry on a
+timeline with the profiler windows and marks, and the advice of ``gpuscope analyze``.
+
+Everything comes from one read in a worker (``data.run_detail``: the analysis aggregated in
+SQL, the power and utilization samples, the annotations); the widgets only get new data."""
 from __future__ import annotations
 
+from functools import partial
+from typing import Any
+
 from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import VerticalScroll
 from textual.screen import Screen
-from textual.widgets import Footer, Header, Static
+from textual.widgets import DataTable, Footer, Header, Static
+
+from gpuscope.render.analysis import bound_label, dims, roof_pct
+from gpuscope.render.table import fmt_pct, fmt_rate, fmt_us, shorten
+
+from .. import data
+from ..widgets.breakdown import BreakdownBar
+from ..widgets.roofline import RooflinePlot, dominant_roof, points_from_analysis
+from ..widgets.timeline import Timeline, build
+
+NAME_W = 28
+BOUND_ORDER = {"compute_bound": 0, "memory_bound": 1, "latency_bound": 2, "unknown": 3}
+
+#: The orders ``s`` cycles through: (label, sort key of an op or kernel entry; ascending).
+SORTS: tuple[tuple[str, Any], ...] = (
+    ("time", lambda item: -float(item.get("kernel_us", item.get("total_us")) or 0.0)),
+    ("saved at roof", lambda item: -float(item.get("saved_us") or 0.0)),
+    ("% of roof", lambda item: (item.get("pct_of_roof") is None, float(item.get("pct_of_roof") or 0.0))),
+    ("bound", lambda item: (BOUND_ORDER.get(item.get("bound"), 9),
+                            -float(item.get("kernel_us", item.get("total_us")) or 0.0))),
+    ("name", lambda item: str(item.get("name"))),
+)
+
+
+def sorted_keys(items: list[dict[str, Any]], kind: str, sort: int) -> list[str]:
+    """Row keys (``ops:3``) of ``items`` in sort order ``sort`` (an index into SORTS); the
+    analysis order breaks ties."""
+    key = SORTS[sort % len(SORTS)][1]
+    return [f"{kind}:{i}" for i in sorted(range(len(items)), key=lambda i: (key(items[i]), i))]
+
+
+def op_cells(o: dict[str, Any], whole_us: float, name_w: int = NAME_W) -> tuple[str, ...]:
+    us = float(o.get("kernel_us") or 0.0)
+    shapes = dims(o.get("input_dims"))
+    label = o["name"] + (f" {shapes}" if shapes and shapes != "[]" else "")
+    return (shorten(label, name_w), fmt_us(us), fmt_pct(us, whole_us).strip(), bound_label(o), roof_pct(o),
+            fmt_us(o.get("saved_us")))
+
+
+def kernel_cells(k: dict[str, Any], whole_us: float, name_w: int = NAME_W) -> tuple[str, ...]:
+    us = float(k.get("total_us") or 0.0)
+    return (shorten(k["name"], name_w), fmt_us(us), fmt_pct(us, whole_us).strip(), bound_label(k),
+            roof_pct(k), fmt_us(k.get("saved_us")))
+
+
+def name_width(screen_width: int, rows: list[tuple[str, ...]] = (), headers: tuple[str, ...] = ()) -> int:
+    """The name column's width: what the other columns of ``rows`` (cells after the name) leave
+    of the screen, with each column's padding and the scroll bars."""
+    widths = [len(h) for h in headers[1:]] or [10, 6, 15, 4, 9]
+    for r in rows:
+        widths = [max(w, len(c)) for w, c in zip(widths, r[1:])]
+    return max(18, min(100, screen_width - sum(widths) - 2 * (len(widths) + 1) - 5))
 
 
 class RunScreen(Screen[None]):
     """One run."""
 
+    BINDINGS = [
+        Binding("escape", "back", "runs"),
+        Binding("s", "cycle_sort", "sort"),
+    ]
+
+    DEFAULT_CSS = """
+    #run-body { height: 1fr; }
+    #run-body > .heading { margin-top: 1; text-style: bold; }
+    #run-body > DataTable { height: auto; max-height: 12; }
+    #run-body > .note { color: $text-muted; }
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.run_id: int | None = None
+        self.detail: dict[str, Any] | None = None
+        self.doc: dict[str, Any] | None = None
+        self.sort = 0
+        self.plot_kind = "ops"
+        self.message = "loading…"
+
     def compose(self) -> ComposeResult:
+        color = not getattr(self.app, "no_color", False)
         yield Header()
-        yield Static("One run", classes="status")
+        yield Static("loading…", id="run-status", classes="status")
+        with VerticalScroll(id="run-body"):
+            yield Static("", id="run-title")
+            yield BreakdownBar(color=color, id="run-breakdown")
+            yield Static("", id="run-nogpu", classes="note")
+            yield Static("Top ops", id="ops-heading", classes="heading")
+            yield DataTable(id="run-ops", cursor_type="row", zebra_stripes=True)
+            yield Static("Top kernels", id="kernels-heading", classes="heading")
+            yield DataTable(id="run-kernels", cursor_type="row", zebra_stripes=True)
+            yield Static("Roofline", id="roof-heading", classes="heading")
+            yield RooflinePlot(color=color, id="run-roofline")
+            yield Static("", id="roof-note", classes="note")
+            yield Static("Telemetry", id="timeline-heading", classes="heading")
+            yield Timeline(color=color, id="run-timeline")
+            yield Static("", id="timeline-note", classes="note")
+            yield Static("Advice and notes", id="advice-heading", classes="heading")
+            yield Static("", id="run-advice")
         yield Footer()
+
+    def on_mount(self) -> None:
+        self._set_visible(False)
+        self.load(self.run_id if self.run_id is not None else getattr(self.app, "run_id", None))
+
+    def on_resize(self) -> None:
+        # the plot shrinks with the terminal, keeping room for the status and the footer
+        self.query_one(RooflinePlot).styles.height = max(8, min(24, self.size.height - 6))
+        if self.doc is not None and self.size.width != getattr(self, "_name_w", None):
+            self._fill_tables()
+
+    # ---------------------------------------------------------------- reading (a worker)
 
     def show_run(self, run_id: int) -> None:
         """Show ``run_id``."""
+        if self.is_mounted:
+            self.load(run_id)
+        else:
+            self.run_id = run_id
+
+    def load(self, run_id: int | None) -> None:
+        self.run_id = run_id
+        self._status("loading run…" if run_id is None else f"loading run {run_id}…")
+        self.run_worker(partial(self._read, run_id), thread=True, exclusive=True, group="run-read")
+
+    def _read(self, run_id: int | None) -> None:
+        from gpuscope.errors import GpuscopeError
+
+        try:
+            detail = data.run_detail(self.app.db, run_id)  # type: ignore[attr-defined]
+        except data.StoreBusy:
+            self.app.call_from_thread(self._busy, run_id)
+            return
+        except data.NoStore as exc:
+            self.app.call_from_thread(self._status, f"no store at {exc} yet: `gpuscope run -- CMD` or "
+                                      "`gpuscope ingest TRACE` makes one")
+            return
+        except GpuscopeError as exc:
+            self.app.call_from_thread(self._status, str(exc))
+            return
+        self.app.call_from_thread(self._show, detail)
+
+    def _busy(self, run_id: int | None) -> None:
+        self._status("store busy, retrying", busy=True)
+        self.set_timer(max(1.0, float(getattr(self.app, "interval_s", 1.0))), lambda: self.load(run_id))
+
+    def _status(self, text: str, busy: bool = False) -> None:
+        self.message = text
+        status = self.query_one("#run-status", Static)
+        status.update(text)
+        status.set_class(busy, "busy")
+
+    # ---------------------------------------------------------------- showing
+
+    def _set_visible(self, shown: bool) -> None:
+        self.query_one("#run-body").display = shown
+
+    def _show(self, detail: dict[str, Any]) -> None:
+        self.detail = detail
+        doc = self.doc = detail["analysis"]
+        run = doc["run"]
+        self.run_id = run["id"]
+        devs = ", ".join(f"{d['key']} {d.get('name') or ''} [{d.get('spec') or 'spec unknown'}]".strip()
+                         for d in doc["devices"] if d.get("kind") in (None, "gpu")) or "no GPU"
+        self.query_one("#run-title", Static).update(
+            f"run {run['id']} '{run['name']}' ({run.get('source')}, {run.get('status')}) — {devs}")
+        gpu = bool(doc.get("gpu_activity"))
+        breakdown = self.query_one(BreakdownBar)
+        breakdown.display = gpu
+        nogpu = self.query_one("#run-nogpu", Static)
+        nogpu.display = not gpu
+        if gpu:
+            breakdown.set_time(doc["time_us"])
+        else:
+            nogpu.update("No GPU activity in this run: the trace is CPU-only. The ops below carry their CPU "
+                         "time; there are no kernels and no roofline.")
+        for wid in ("#kernels-heading", "#run-kernels", "#roof-heading", "#run-roofline"):
+            self.query_one(wid).display = gpu
+        self._fill_tables()
+        self._show_plot("ops")
+        self._show_timeline(detail)
+        self._show_advice(doc)
+        self._set_visible(True)
+        self._status(f"run {run['id']}: {len(doc['ops'])} ops, {len(doc['kernels'])} kernels shown; "
+                     f"sorted by {SORTS[self.sort][0]} (s)")
+        self.query_one("#run-ops", DataTable).focus()
+
+    def busy_us(self) -> float:
+        """The whole the tables' shares are of: GPU busy time, or the ops' CPU time on a CPU-only run."""
+        doc = self.doc or {}
+        t = doc.get("time_us") or {}
+        if doc.get("gpu_activity"):
+            return float(t.get("compute", 0.0) + t.get("communication", 0.0) + t.get("memory", 0.0))
+        return sum(float(o.get("kernel_us") or 0.0) for o in doc.get("ops") or ())
+
+    def _fill_tables(self) -> None:
+        doc = self.doc
+        if doc is None:
+            return
+        whole = self.busy_us()
+        self._name_w = width = self.size.width or 80
+        time_col = "GPU time" if doc.get("gpu_activity") else "CPU time"
+        for kind, table_id, name_col, cells in (("ops", "#run-ops", "op [shapes]", op_cells),
+                                                 ("kernels", "#run-kernels", "kernel", kernel_cells)):
+            table = self.query_one(table_id, DataTable)
+            keep = self._cursor_key(table)
+            table.clear(columns=True)
+            headers = (name_col, time_col if kind == "ops" else "time", "share", "bound", "roof", "saved")
+            table.add_columns(*headers)
+            items = doc[kind]
+            name_w = name_width(width, [cells(item, whole, 1) for item in items], headers)
+            for key in sorted_keys(items, kind, self.sort):
+                table.add_row(*cells(items[int(key.split(":")[1])], whole, name_w), key=key)
+            if keep is not None and keep in table.rows:
+                table.move_cursor(row=table.get_row_index(keep))
+        by = SORTS[self.sort][0]
+        self.query_one("#ops-heading", Static).update(
+            f"Top {len(doc['ops'])} ops by {by}" + (" (CPU time)" if not doc.get("gpu_activity") else ""))
+        self.query_one("#kernels-heading", Static).update(f"Top {len(doc['kernels'])} kernels by {by}")
+
+    @staticmethod
+    def _cursor_key(table: DataTable) -> Any:
+        if not table.row_count:
+            return None
+        try:
+            return table.coordinate_to_cell_key(table.cursor_coordinate).row_key
+        except Exception:  # no such cell (an empty table)
+            return None
+
+    def _show_plot(self, kind: str) -> None:
+        doc = self.doc
+        if doc is None or not doc.get("gpu_activity"):
+            self.query_one("#roof-note", Static).display = False
+            return
+        self.plot_kind = kind
+        points = points_from_analysis(doc, kind)
+        peak, bw, dtype, dev = dominant_roof(doc)
+        plot = self.query_one(RooflinePlot)
+        plot.set_data(points, peak, bw)
+        placed = sum(1 for p in points if p.intensity and p.flops_per_s)
+        if peak or bw:
+            roof = (f"{dev}: memory roof {fmt_rate(bw, 'B/s')}, compute roof {fmt_rate(peak, 'FLOP/s')} ({dtype})")
+        else:
+            roof = "no roof: the GPU is not in the spec database (points only)"
+        self.query_one("#roof-heading", Static).update(f"Roofline of the {kind} ({placed} of {len(points)} placed)")
+        note = self.query_one("#roof-note", Static)
+        note.display = True
+        note.update(f"{roof}. ■ compute ● memory ▲ latency ? unknown ◆ selected; "
+                    "rows without FLOPs or bytes have no place on a log scale.")
+
+    def _show_timeline(self, detail: dict[str, Any]) -> None:
+        doc = detail["analysis"]
+        run = doc["run"]
+        tl = build(detail["devices"], detail["samples"], detail["annotations"], run.get("started_ns"), run.get("ended_ns"))
+        self.query_one(Timeline).set_data(tl)
+        note = self.query_one("#timeline-note", Static)
+        if tl is None:
+            note.update("No telemetry in this run (ingested traces carry none; `gpuscope run` records power and "
+                        "utilization while it runs)." + (f" {len(detail['annotations'])} profiler windows/marks."
+                                                          if detail["annotations"] else ""))
+        else:
+            kinds = sorted({a.kind for a in detail["annotations"]})
+            note.update("═ profiler window  ▼ mark" + (f" ({', '.join(kinds)})" if kinds else " (none in this run)"))
+
+    def _show_advice(self, doc: dict[str, Any]) -> None:
+        lines = [f"• {a['message']}" for a in doc.get("advice") or ()]
+        lines += [f"note: {n}" for n in doc.get("notes") or ()]
+        self.query_one("#run-advice", Static).update("\n".join(lines) or "No advice for this run.")
+
+    # ---------------------------------------------------------------- keys and selection
+
+    def on_data_table_row_highlighted(self, event: DataTable.RowHighlighted) -> None:
+        key = event.row_key.value if event.row_key is not None else None
+        if not key:
+            return
+        kind = key.split(":")[0]
+        if kind != self.plot_kind:
+            self._show_plot(kind)
+        self.query_one(RooflinePlot).select(key)
+
+    def action_cycle_sort(self) -> None:
+        self.sort = (self.sort + 1) % len(SORTS)
+        self._fill_tables()
+        if self.doc is not None:
+            self._status(f"run {self.run_id}: sorted by {SORTS[self.sort][0]} (s)")
+
+    def action_back(self) -> None:
+        self.app.switch_mode("runs")
