@@ -18,7 +18,7 @@ from gpuscope.tui.widgets.roofline import (
     BOUND_STYLE, SELECTED_GLYPH, Axes, PlotPoint, choose_axes, dominant_roof, log_pos, point_cell,
     points_from_analysis, render_plot, roof_dots,
 )
-from gpuscope.tui.widgets.timeline import bins, event_line, sparkline
+from gpuscope.tui.widgets.timeline import bins, event_line, fill_gaps, sparkline
 
 RECORDING = FIXTURES / "recordings" / "synthetic_h100_a100.jsonl"
 H100 = "tracelens/qwen1.5-0.5b-chat/h100.json.gz"
@@ -115,6 +115,8 @@ def test_timeline_bins_sparkline_and_events() -> None:
     ts = [0, 10, 20, 30, 40, 99]
     assert bins(ts, [1.0, 3.0, None, 5.0, 7.0, 9.0], 0, 100, 4) == [2.0, 6.0, None, 9.0]
     assert sparkline([0.0, None, 50.0, 100.0], 100.0) == "▁ ▅█"
+    # sparse samples fill the columns between them; a longer silence stays blank
+    assert fill_gaps([1.0, None, 2.0, None, None, None, None, 3.0], 2) == [1.0, 1.0, 2.0, None, None, None, None, 3.0]
     line = event_line([(10, 40, "profiler_window", "w"), (80, None, "mark", "m")], 0, 100, 10)
     assert line[1:5] == "════" and line[8] == "▼" and line[0] == " "
 
@@ -341,3 +343,61 @@ async def _test_synthetic_run(db: Path, run_id: int, doc: dict[str, Any]) -> Non
             assert a["message"][:40] in advice.replace("\n", " ")
         if not doc.get("advice") and not doc.get("notes"):
             assert "No advice" in advice
+
+
+def test_busy_store_says_so_and_retries(tmp_path: Path, db: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from gpuscope.tui import data
+
+    run_id = _synthetic_run(tmp_path, db)
+    real = data.run_detail
+    calls: list[int | None] = []
+
+    def busy_once(path: Path, rid: int | None, top: int = 50) -> dict[str, Any]:
+        calls.append(rid)
+        if len(calls) == 1:
+            raise data.StoreBusy("another process is writing")
+        return real(path, rid, top)
+
+    monkeypatch.setattr(data, "run_detail", busy_once)
+    asyncio.run(_test_busy(db, run_id, calls))
+
+
+async def _test_busy(db: Path, run_id: int, calls: list[int | None]) -> None:
+    from gpuscope.tui.screens.run import RunScreen
+
+    app = _app(db)
+    async with app.run_test(size=(80, 24)) as pilot:
+        app.open_run(run_id)
+        seen = []
+        for _ in range(200):
+            await pilot.pause(0.05)
+            screen = app.screen
+            if isinstance(screen, RunScreen):
+                seen.append(screen.message)
+                if screen.doc is not None:
+                    break
+        assert "store busy, retrying" in seen
+        assert app.screen.doc["run"]["id"] == run_id and len(calls) >= 2 and set(calls) == {run_id}
+
+
+def test_no_color_keeps_the_classes_apart(tmp_path: Path, db: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("NO_COLOR", "1")
+    run_id = _synthetic_run(tmp_path, db)
+    asyncio.run(_test_no_color(db, run_id))
+
+
+async def _test_no_color(db: Path, run_id: int) -> None:
+    from gpuscope.tui.widgets.breakdown import BreakdownBar
+    from gpuscope.tui.widgets.roofline import RooflinePlot
+
+    app = _app(db)
+    async with app.run_test(size=(80, 24)) as pilot:
+        screen = await _open(app, pilot, run_id)
+        plot, bar = screen.query_one(RooflinePlot), screen.query_one(BreakdownBar)
+        assert plot.color is False and bar.color is False
+        await pilot.press("down")  # the memory-bound op selected: the compute-bound one shows its glyph
+        drawn = plot.render()
+        assert BOUND_STYLE["compute_bound"][0] in drawn.plain and SELECTED_GLYPH in drawn.plain
+        assert not any("green" in str(s.style) or "blue" in str(s.style) for s in drawn.spans)
+        assert not any("green" in str(s.style) for s in bar.render().spans)
+        assert "█" in bar.render().plain and "░" in bar.render().plain  # categories by fill glyph

@@ -66,6 +66,17 @@ def name_width(screen_width: int, rows: list[tuple[str, ...]] = (), headers: tup
     return max(18, min(100, screen_width - sum(widths) - 2 * (len(widths) + 1) - 5))
 
 
+def devices_label(devices: list[dict[str, Any]]) -> str:
+    """The run's GPUs in a few words: those of its traces (else its telemetry), alike ones counted."""
+    gpus = [d for d in devices if d.get("kind") in (None, "gpu")]
+    gpus = [d for d in gpus if d.get("source") == "trace"] or gpus
+    groups: dict[tuple[Any, Any], list[str]] = {}
+    for d in gpus:
+        groups.setdefault((d.get("name") or "unnamed", d.get("spec") or "spec unknown"), []).append(d["key"])
+    return ", ".join((keys[0] if len(keys) == 1 else f"{len(keys)}×") + f" {name} [{spec}]"
+                     for (name, spec), keys in groups.items()) or "no GPU"
+
+
 class RunScreen(Screen[None]):
     """One run."""
 
@@ -93,23 +104,23 @@ class RunScreen(Screen[None]):
     def compose(self) -> ComposeResult:
         color = not getattr(self.app, "no_color", False)
         yield Header()
-        yield Static("loading…", id="run-status", classes="status")
+        yield Static("loading…", id="run-status", markup=False, classes="status")
         with VerticalScroll(id="run-body"):
-            yield Static("", id="run-title")
+            yield Static("", id="run-title", markup=False)
             yield BreakdownBar(color=color, id="run-breakdown")
-            yield Static("", id="run-nogpu", classes="note")
-            yield Static("Top ops", id="ops-heading", classes="heading")
+            yield Static("", id="run-nogpu", markup=False, classes="note")
+            yield Static("Top ops", id="ops-heading", markup=False, classes="heading")
             yield DataTable(id="run-ops", cursor_type="row", zebra_stripes=True)
-            yield Static("Top kernels", id="kernels-heading", classes="heading")
+            yield Static("Top kernels", id="kernels-heading", markup=False, classes="heading")
             yield DataTable(id="run-kernels", cursor_type="row", zebra_stripes=True)
-            yield Static("Roofline", id="roof-heading", classes="heading")
+            yield Static("Roofline", id="roof-heading", markup=False, classes="heading")
             yield RooflinePlot(color=color, id="run-roofline")
-            yield Static("", id="roof-note", classes="note")
-            yield Static("Telemetry", id="timeline-heading", classes="heading")
+            yield Static("", id="roof-note", markup=False, classes="note")
+            yield Static("Telemetry", id="timeline-heading", markup=False, classes="heading")
             yield Timeline(color=color, id="run-timeline")
-            yield Static("", id="timeline-note", classes="note")
-            yield Static("Advice and notes", id="advice-heading", classes="heading")
-            yield Static("", id="run-advice")
+            yield Static("", id="timeline-note", markup=False, classes="note")
+            yield Static("Advice and notes", id="advice-heading", markup=False, classes="heading")
+            yield Static("", id="run-advice", markup=False)
         yield Footer()
 
     def on_mount(self) -> None:
@@ -173,8 +184,7 @@ class RunScreen(Screen[None]):
         doc = self.doc = detail["analysis"]
         run = doc["run"]
         self.run_id = run["id"]
-        devs = ", ".join(f"{d['key']} {d.get('name') or ''} [{d.get('spec') or 'spec unknown'}]".strip()
-                         for d in doc["devices"] if d.get("kind") in (None, "gpu")) or "no GPU"
+        devs = devices_label(doc["devices"])
         self.query_one("#run-title", Static).update(
             f"run {run['id']} '{run['name']}' ({run.get('source')}, {run.get('status')}) — {devs}")
         gpu = bool(doc.get("gpu_activity"))

@@ -2,11 +2,14 @@
 with the profiler windows and marks on a line of their own, all on one time axis."""
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
 from rich.text import Text
 from textual.widget import Widget
+
+from gpuscope.render.table import fmt_us
 
 SPARK = "▁▂▃▄▅▆▇█"
 LABEL_W = 12
@@ -45,6 +48,21 @@ def bins(ts_ns: list[int], values: list[float | None], t0: int, t1: int, n: int)
         sums[i] += float(v)
         counts[i] += 1
     return [s / c if c else None for s, c in zip(sums, counts)]
+
+
+def fill_gaps(values: list[float | None], max_gap: int) -> list[float | None]:
+    """Bins left empty between two samples only because the samples are sparser than the
+    columns take the value before them; a longer gap (no samples then) stays empty."""
+    out = list(values)
+    last = None
+    for i, v in enumerate(values):
+        if v is None:
+            continue
+        if last is not None and 1 < i - last <= max_gap + 1:
+            for j in range(last + 1, i):
+                out[j] = values[last]
+        last = i
+    return out
 
 
 def sparkline(values: list[float | None], vmax: float) -> str:
@@ -107,6 +125,8 @@ def render_timeline(data: TimelineData, width: int, color: bool = True) -> Text:
     text = Text(no_wrap=True, overflow="crop")
     for s in data.series:
         vals = bins(s.ts_ns, s.values, data.t0_ns, data.t1_ns, n)
+        per_sample = n / max(1, sum(1 for v in s.values if v is not None))
+        vals = fill_gaps(vals, max(1, math.ceil(per_sample)))
         present = [v for v in vals if v is not None]
         vmax = 100.0 if s.unit == "%" else (max(present) if present else 0.0)
         text.append(f"{s.label[:LABEL_W - 1]:<{LABEL_W}}", style="dim")
@@ -118,8 +138,8 @@ def render_timeline(data: TimelineData, width: int, color: bool = True) -> Text:
         text.append(f"{'windows':<{LABEL_W}}", style="dim")
         text.append(event_line(data.events, data.t0_ns, data.t1_ns, n), style="cyan" if color else None)
         text.append("\n")
-    dur_s = (data.t1_ns - data.t0_ns) / 1e9
-    axis = f"0 s{f'{dur_s:.1f} s':>{max(0, n - 3)}}"
+    end = fmt_us((data.t1_ns - data.t0_ns) / 1e3)
+    axis = f"0{end:>{max(0, n - 1)}}"
     text.append(" " * LABEL_W + axis, style="dim")
     return text
 
