@@ -66,7 +66,9 @@ MATCHED: tuple[tuple[Column, Cell], ...] = (
     (Column("ratio", "B/A", "r", lambda m: _neg(m["ratio"])), lambda m: fmt_ratio(m["ratio"])),
     (Column("delta", "B-A", "r", lambda m: -m["delta_us"]), lambda m: fmt_us(m["delta_us"])),
 )
-MATCHED_DROP = ("delta", "shapes", "a_roof", "b_roof", "a_bound", "b_bound")
+#: what goes first when the terminal is narrow, each side's pair together (the line under the
+#: table still shows the selected row whole)
+MATCHED_DROP = ("delta", "shapes", ("a_roof", "b_roof"), ("a_bound", "b_bound"))
 
 ONLY: tuple[tuple[Column, Cell], ...] = (
     (Column("op", "op", "l", lambda r: r["name"]), lambda r: r["name"]),
@@ -189,7 +191,15 @@ class CompareScreen(Screen[None]):
             "totals": CompareTable("compare-totals", TOTALS, (), None, lambda t: t["key"]),
         }
 
+    DEFAULT_CSS = """
+    CompareScreen #compare-tabs { height: 1fr; }
+    CompareScreen TabPane { height: 1fr; padding: 0; }
+    CompareScreen DataTable { height: 1fr; }
+    CompareScreen #compare-detail { height: auto; max-height: 4; }
+    """
+
     def compose(self) -> ComposeResult:
+        self.sub_title = "compare"
         yield Header()
         yield Static(HOW_TO_MARK, id="compare-head", classes="status")
         with TabbedContent(id="compare-tabs", initial="tab-matched"):
@@ -275,9 +285,8 @@ class CompareScreen(Screen[None]):
         t = doc["totals"]
         head.update(Text(
             f"A: {run_label(doc['a'])}\nB: {run_label(doc['b'])}\n"
-            f"GPU busy {fmt_us(t['gpu_us']['a'])} vs {fmt_us(t['gpu_us']['b'])} (B/A {fmt_ratio(t['gpu_us']['ratio'])})"
-            f" · matched ops {fmt_us(t['matched_ops_us']['a'])} vs {fmt_us(t['matched_ops_us']['b'])}"
-            f" (B/A {fmt_ratio(t['matched_ops_us']['ratio'])})"))
+            f"GPU busy A {fmt_us(t['gpu_us']['a'])} · B {fmt_us(t['gpu_us']['b'])} · B/A {fmt_ratio(t['gpu_us']['ratio'])}"
+            f" | matched ops B/A {fmt_ratio(t['matched_ops_us']['ratio'])}"))
         self.tables["matched"].rows = doc["matched"]
         self.tables["only_a"].rows = doc["only_a"]
         self.tables["only_b"].rows = doc["only_b"]

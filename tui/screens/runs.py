@@ -44,12 +44,13 @@ class Column:
     descending: bool = False
 
 
-def fit_columns(columns: Sequence[Column], widths: dict[str, int], avail: int, drop: Sequence[str],
-                flex: str | None = None, flex_min: int = 12) -> tuple[list[Column], int | None]:
+def fit_columns(columns: Sequence[Column], widths: dict[str, int], avail: int,
+                drop: Sequence[str | tuple[str, ...]], flex: str | None = None,
+                flex_min: int = 12) -> tuple[list[Column], int | None]:
     """The columns that fit ``avail`` cells (each cell padded by one on either side, as DataTable
     draws it) and the width of the ``flex`` column: the ``flex`` column narrows to ``flex_min``
-    first, then the columns named in ``drop`` go, in that order, until the rest fits (as
-    ``render.table.table(..., drop=...)`` does for text)."""
+    first, then the columns named in ``drop`` go (a tuple: together), in that order, until the
+    rest fits (as ``render.table.table(..., drop=...)`` does for text)."""
     cols = list(columns)
 
     def need(cs: list[Column], flex_w: int | None) -> int:
@@ -61,7 +62,8 @@ def fit_columns(columns: Sequence[Column], widths: dict[str, int], avail: int, d
     for key in drop:
         if need(cols, flex_w) <= avail:
             break
-        cols = [c for c in cols if c.key != key]
+        gone = {key} if isinstance(key, str) else set(key)
+        cols = [c for c in cols if c.key not in gone]
         if flex_w is not None and flex:
             flex_w = max(flex_min, min(widths[flex], widths[flex] - (need(cols, widths[flex]) - avail)))
     return cols, flex_w
@@ -133,7 +135,8 @@ class RunsScreen(Screen[None]):
     """Stored runs."""
 
     BINDINGS = [
-        Binding("enter", "open", "open"),
+        # priority: shown in the footer although the table has its own Enter
+        Binding("enter", "open", "open", priority=True),
         Binding("c", "mark", "compare mark"),
         Binding("slash", "filter", "filter", key_display="/"),
         Binding("s", "cycle_sort", "sort"),
@@ -156,7 +159,12 @@ class RunsScreen(Screen[None]):
         self._shown_cells: dict[str, dict[str, Any]] = {}
         self._loaded = False
 
+    DEFAULT_CSS = """
+    RunsScreen #runs-table { height: 1fr; }
+    """
+
     def compose(self) -> ComposeResult:
+        self.sub_title = "runs"
         yield Header()
         yield Input(placeholder="filter: name, status, source or command (Esc clears)", id="runs-filter")
         yield Static("reading the store…", id="runs-status", classes="status")
@@ -295,6 +303,10 @@ class RunsScreen(Screen[None]):
     # -- actions ---------------------------------------------------------------------------
 
     def action_open(self) -> None:
+        box = self.query_one("#runs-filter", Input)
+        if box.has_focus:  # Enter in the filter: keep it, back to the table
+            self.on_input_submitted(Input.Submitted(box, box.value))
+            return
         run_id = self.selected_run_id()
         if run_id is not None:
             self.app.open_run(run_id)  # type: ignore[attr-defined]
