@@ -271,6 +271,19 @@ async def _test_run_screen_shows_what_analyze_says(db: Path, run_id: int, doc: d
         assert saved == sorted(saved, reverse=True)
         await pilot.press("s", "s", "s", "s")  # around to time again
         assert [k for k, _ in _rows(screen, "#run-ops")] == [k for k, _ in ops]
+        # the mouse: a click on the "bound" header sorts by bound class
+        from textual.widgets import DataTable
+
+        table = screen.query_one("#run-ops", DataTable)
+        x = sum(c.get_render_width(table) for c in list(table.columns.values())[:3]) + 2
+        await pilot.click("#run-ops", offset=(x, 0))
+        by_bound = [doc["ops"][int(k.split(":")[1])]["bound"] for k, _ in _rows(screen, "#run-ops")]
+        order = ["compute_bound", "memory_bound", "latency_bound", "unknown"]
+        assert by_bound == sorted(by_bound, key=order.index) and by_bound != [o["bound"] for o in doc["ops"][:50]]
+        await pilot.press("s", "s")  # bound -> name -> time
+        assert [k for k, _ in _rows(screen, "#run-ops")] == [k for k, _ in ops]
+        table.move_cursor(row=0)
+        await pilot.pause()
 
         # selecting a row highlights its point
         plot = screen.query_one(RooflinePlot)

@@ -301,8 +301,18 @@ class RunScreen(Screen[None]):
             self._show_plot(kind)
         self.query_one(RooflinePlot).select(key)
 
+    def on_data_table_header_selected(self, event: DataTable.HeaderSelected) -> None:
+        """A click on a column header sorts both tables by it (time and share alike)."""
+        by_column = {0: "name", 1: "time", 2: "time", 3: "bound", 4: "% of roof", 5: "saved at roof"}
+        label = by_column.get(event.column_index)
+        if label is not None:
+            self.set_sort([name for name, _ in SORTS].index(label))
+
     def action_cycle_sort(self) -> None:
-        self.sort = (self.sort + 1) % len(SORTS)
+        self.set_sort((self.sort + 1) % len(SORTS))
+
+    def set_sort(self, sort: int) -> None:
+        self.sort = sort
         self._fill_tables()
         if self.doc is not None:
             self._status(f"run {self.run_id}: sorted by {SORTS[self.sort][0]} (s)")
