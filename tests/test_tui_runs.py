@@ -281,3 +281,51 @@ def test_shared_traces_listed_in_runs_json_order(tmp_path: Path, db: Path) -> No
                     == [r["kernels"] for r in expected]
 
     asyncio.run(go())
+
+
+RECORDER = """
+import os, sys, time
+from gpuscope import store
+from gpuscope.machine import hostname
+from gpuscope.store import runs
+db = sys.argv[1]
+con = store.connect(db)
+rid = runs.begin_recording(con, name="live-one", source="run", started_ns=time.time_ns(), command=["python", "w.py"],
+                           info={"owner": {"pid": os.getpid(), "host": hostname()}})
+con.close()
+print(rid, flush=True)
+sys.stdin.readline()
+con = store.connect(db)
+runs.finish(con, rid, "complete", time.time_ns(), exit_code=3)
+con.close()
+"""
+
+
+def test_a_run_still_recording_updates_as_it_goes(tmp_path: Path, db: Path) -> None:
+    synthetic_store(tmp_path)
+
+    async def go() -> None:
+        app = make_app(db)
+        async with app.run_test(size=(160, 40)) as pilot:  # wide: every column, the exit code too
+            await open_runs(pilot, app, 3)
+            # another process (as `gpuscope run` does) starts recording a run, then finishes it
+            rec = subprocess.Popen([sys.executable, "-c", RECORDER, str(db)], stdin=subprocess.PIPE,
+                                   stdout=subprocess.PIPE, text=True)
+            try:
+                assert rec.stdout is not None and rec.stdin is not None
+                rid = rec.stdout.readline().strip()
+                table = app.screen.query_one("#runs-table", DataTable)
+                await wait_for(pilot, lambda: table.row_count == 4, "the new run")
+                assert table_ids(app)[0] == int(rid)  # newest first
+                assert str(table.get_cell(rid, "status")) == "recording"
+                rec.stdin.write("\n")
+                rec.stdin.flush()
+                assert rec.wait(timeout=30) == 0  # the writer never fails because of the TUI
+                await wait_for(pilot, lambda: str(table.get_cell(rid, "status")) == "complete", "its end")
+                assert str(table.get_cell(rid, "exit")) == "3"
+                assert [r["status"] for r in runs_json()][0] == "complete"
+            finally:
+                if rec.poll() is None:
+                    rec.kill()
+
+    asyncio.run(go())
