@@ -291,6 +291,12 @@ async def _test_run_screen_shows_what_analyze_says(db: Path, run_id: int, doc: d
         assert plot.selected == "ops:1"
         assert plot.peak_flops and plot.mem_bw == doc["roofline"]["devices"][0]["mem_bw_bytes_per_s"]
         assert "◆" in str(plot.render())
+        assert screen.plot_kind == "ops" and {p.key for p in plot.points} == {f"ops:{i}" for i in range(len(ops))}
+        # the kernels table in use: the plot shows the kernels, the one under the cursor highlighted
+        screen.query_one("#run-kernels").focus()
+        await pilot.press("down")
+        assert screen.plot_kind == "kernels" and plot.selected == "kernels:1"
+        assert {p.key for p in plot.points} == {f"kernels:{i}" for i in range(len(kernels))}
         # this trace has no telemetry: said, not an empty widget
         assert "No telemetry" in _text(screen, "#timeline-note")
         await pilot.press("escape")

@@ -100,6 +100,7 @@ class RunScreen(Screen[None]):
         self.sort = 0
         self.plot_kind = "ops"
         self.message = "loading…"
+        self._seq = 0  # the newest read; an older one that finishes late is dropped
 
     def compose(self) -> ComposeResult:
         color = not getattr(self.app, "no_color", False)
@@ -144,16 +145,17 @@ class RunScreen(Screen[None]):
 
     def load(self, run_id: int | None) -> None:
         self.run_id = run_id
+        self._seq += 1
         self._status("loading run…" if run_id is None else f"loading run {run_id}…")
-        self.run_worker(partial(self._read, run_id), thread=True, exclusive=True, group="run-read")
+        self.run_worker(partial(self._read, run_id, self._seq), thread=True, exclusive=True, group="run-read")
 
-    def _read(self, run_id: int | None) -> None:
+    def _read(self, run_id: int | None, seq: int) -> None:
         from gpuscope.errors import GpuscopeError
 
         try:
             detail = data.run_detail(self.app.db, run_id)  # type: ignore[attr-defined]
         except data.StoreBusy:
-            self.app.call_from_thread(self._busy, run_id)
+            self.app.call_from_thread(self._busy, run_id, seq)
             return
         except data.NoStore as exc:
             self.app.call_from_thread(self._status, f"no store at {exc} yet: `gpuscope run -- CMD` or "
@@ -162,11 +164,14 @@ class RunScreen(Screen[None]):
         except GpuscopeError as exc:
             self.app.call_from_thread(self._status, str(exc))
             return
-        self.app.call_from_thread(self._show, detail)
+        self.app.call_from_thread(self._show, detail, seq)
 
-    def _busy(self, run_id: int | None) -> None:
+    def _busy(self, run_id: int | None, seq: int) -> None:
+        if seq != self._seq:
+            return
         self._status("store busy, retrying", busy=True)
-        self.set_timer(max(1.0, float(getattr(self.app, "interval_s", 1.0))), lambda: self.load(run_id))
+        self.set_timer(max(1.0, float(getattr(self.app, "interval_s", 1.0))),
+                       lambda: self.load(run_id) if seq == self._seq else None)
 
     def _status(self, text: str, busy: bool = False) -> None:
         self.message = text
@@ -179,7 +184,9 @@ class RunScreen(Screen[None]):
     def _set_visible(self, shown: bool) -> None:
         self.query_one("#run-body").display = shown
 
-    def _show(self, detail: dict[str, Any]) -> None:
+    def _show(self, detail: dict[str, Any], seq: int | None = None) -> None:
+        if seq is not None and seq != self._seq:
+            return  # a newer run was asked for meanwhile
         self.detail = detail
         doc = self.doc = detail["analysis"]
         run = doc["run"]
@@ -294,8 +301,8 @@ class RunScreen(Screen[None]):
 
     def on_data_table_row_highlighted(self, event: DataTable.RowHighlighted) -> None:
         key = event.row_key.value if event.row_key is not None else None
-        if not key:
-            return
+        if not key or event.data_table is not self.focused:
+            return  # filling a table moves its cursor too: only the table in use picks the plot
         kind = key.split(":")[0]
         if kind != self.plot_kind:
             self._show_plot(kind)
