@@ -4,6 +4,7 @@ Skips, saying so, where tmux is missing (CI installs it: .ci/run)."""
 from __future__ import annotations
 
 import os
+import re
 import shlex
 import shutil
 import subprocess
@@ -33,12 +34,15 @@ class Tmux:
         self.session = "tui"
 
     def __call__(self, *args: str) -> str:
-        p = subprocess.run(["tmux", "-L", self.socket, *args], capture_output=True, text=True, timeout=30)
+        # the server (started by the first command) copies this environment into its sessions:
+        # without NO_COLOR or an outer tmux's variables, so each test says what it wants
+        env = {k: v for k, v in os.environ.items() if k != "NO_COLOR" and not k.startswith("TMUX")}
+        p = subprocess.run(["tmux", "-L", self.socket, *args], capture_output=True, text=True, timeout=30, env=env)
         assert p.returncode == 0, (args, p.stderr)
         return p.stdout
 
-    def screen(self) -> str:
-        return self("capture-pane", "-p", "-t", self.session)
+    def screen(self, escapes: bool = False) -> str:
+        return self("capture-pane", "-p", *(["-e"] if escapes else []), "-t", self.session)
 
     def keys(self, *keys: str) -> None:
         self("send-keys", "-t", self.session, *keys)
@@ -77,17 +81,20 @@ def tmux() -> Tmux:
     t.close()
 
 
-def test_tui_in_a_real_terminal_shows_screens_takes_keys_and_quits(tmp_path: Path, tmux: Tmux) -> None:
-    db = _store_with_one_run(tmp_path)
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("GPUSCOPE_", "TMUX", "NO_COLOR"))}
+def _start(tmux: Tmux, db: Path, extra_env: dict[str, str] | None = None) -> None:
+    env = {k: v for k, v in os.environ.items() if k in ("PATH", "HOME", "LANG", "LC_ALL", "PYTHONPATH", "VIRTUAL_ENV")}
+    env.update(extra_env or {}, TERM="xterm-256color")
     cmd = shlex.join([sys.executable, "-m", "gpuscope", "tui", "--db", str(db), "--replay", str(RECORDING),
                       "--interval", "0.5"])
     # the shell line after the app says how it ended, and keeps the pane open to read it
     script = f"cd {shlex.quote(str(REPO))} && {cmd}; echo gpuscope-exit=$?; sleep 120"
     tmux("new-session", "-d", "-s", tmux.session, "-x", str(WIDTH), "-y", str(HEIGHT),
-         *[a for k, v in env.items() if k in ("PATH", "HOME", "LANG", "LC_ALL", "PYTHONPATH", "VIRTUAL_ENV")
-           for a in ("-e", f"{k}={v}")],
-         "-e", "TERM=xterm-256color", script)
+         *[a for k, v in env.items() for a in ("-e", f"{k}={v}")], script)
+
+
+def test_tui_in_a_real_terminal_shows_screens_takes_keys_and_quits(tmp_path: Path, tmux: Tmux) -> None:
+    db = _store_with_one_run(tmp_path)
+    _start(tmux, db)
 
     # the live screen first (the default), with the app's title
     first = tmux.wait_for("the first screen", lambda s: "gpuscope" in s and "gpuscope-exit" not in s)
@@ -111,3 +118,49 @@ def test_tui_in_a_real_terminal_shows_screens_takes_keys_and_quits(tmp_path: Pat
     last = tmux.wait_for("the app's exit", lambda s: "gpuscope-exit=" in s, timeout_s=30)
     assert "gpuscope-exit=0" in last, last
     assert "Traceback" not in last
+
+
+_SGR = re.compile(r"\x1b\[([0-9;]*)m")
+
+
+def _chromatic(screen: str) -> set[str]:
+    """The colours (not greys) the terminal was told to draw: 256-colour and true-colour SGR."""
+    found = set()
+    for params in _SGR.findall(screen):
+        p = [int(x) for x in params.split(";") if x.isdigit()]
+        i = 0
+        while i < len(p):
+            if p[i] in (38, 48) and i + 2 < len(p) and p[i + 1] == 5:
+                n = p[i + 2]
+                if 16 <= n <= 231 and len({(n - 16) // 36, (n - 16) // 6 % 6, (n - 16) % 6}) > 1:
+                    found.add(f"{p[i]};5;{n}")
+                elif n in (1, 2, 3, 4, 5, 6, 9, 10, 11, 12, 13, 14):
+                    found.add(f"{p[i]};5;{n}")
+                i += 3
+            elif p[i] in (38, 48) and i + 4 < len(p) and p[i + 1] == 2:
+                if len(set(p[i + 2:i + 5])) > 1:
+                    found.add(";".join(map(str, p[i:i + 5])))
+                i += 5
+            else:
+                if 31 <= p[i] <= 36 or 41 <= p[i] <= 46 or 91 <= p[i] <= 96 or 101 <= p[i] <= 106:
+                    found.add(str(p[i]))
+                i += 1
+    return found
+
+
+@pytest.mark.parametrize("no_color", [True, False], ids=["NO_COLOR", "colour"])
+def test_no_color_in_a_real_terminal(tmp_path: Path, tmux: Tmux, no_color: bool) -> None:
+    """NO_COLOR: only greys reach the terminal; without it the same screen has colours."""
+    db = _store_with_one_run(tmp_path)
+    _start(tmux, db, {"NO_COLOR": "1"} if no_color else None)
+    tmux.wait_for("the first screen", lambda s: "gpuscope" in s)
+    tmux.keys("2")
+    tmux.wait_for("the runs screen with the stored run", lambda s: RUN_NAME in s)
+    time.sleep(0.5)  # the selected row's highlight
+    colours = _chromatic(tmux.screen(escapes=True))
+    if no_color:
+        assert not colours, colours
+    else:
+        assert colours, "no colour at all without NO_COLOR: the probe cannot tell"
+    tmux.keys("q")
+    assert "gpuscope-exit=0" in tmux.wait_for("the app's exit", lambda s: "gpuscope-exit=" in s)
