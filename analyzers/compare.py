@@ -51,7 +51,9 @@ def compare_docs(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
     ops_a = {_key(o): o for o in a["ops"]}
     ops_b = {_key(o): o for o in b["ops"]}
     matched = []
-    for k in ops_a.keys() & ops_b.keys():
+    # in run A's op order (not a set's, which differs from process to process), so that ops with
+    # the same difference keep one order: the sort below is stable
+    for k in (k for k in ops_a if k in ops_b):
         oa, ob = ops_a[k], ops_b[k]
         matched.append({
             "name": oa["name"],

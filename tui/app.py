@@ -7,7 +7,6 @@ screen reads through ``tui/data.py`` in workers, never on the UI thread.
 """
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 from textual.app import App
@@ -48,8 +47,8 @@ class GpuscopeApp(App[None]):
         self.run_id: int | None = None
         #: runs marked for compare with `c` on the runs screen, oldest mark first (at most two)
         self.compare_ids: list[int] = []
-        # NO_COLOR (https://no-color.org): Textual honours it for its own colours; ours follow
-        self.no_color = bool(os.environ.get("NO_COLOR"))
+        # NO_COLOR (https://no-color.org): Textual sets self.no_color when the variable is
+        # present, even empty, and greys the output; the screens read the same flag for glyphs
 
     def action_next_screen(self) -> None:
         current = self.current_mode if self.current_mode in SCREEN_ORDER else SCREEN_ORDER[0]

@@ -253,13 +253,14 @@ class RunsScreen(Screen[None]):
         col_keys = [c.key for c in cols]
         if col_keys != self._shown_cols or keys != self._shown_keys:
             selected = self.selected_run_id()
-            table.clear(columns=col_keys != self._shown_cols)
-            if col_keys != self._shown_cols:
-                for c in cols:
-                    label = c.header
-                    if c.key == self.sort_key:
-                        label += " ▲" if self.sort_reverse else " ▼"
-                    table.add_column(label, key=c.key)
+            # columns rebuilt with the rows: a column keeps the width of its first fill
+            # otherwise, and a narrow first fill (an empty store) would cut later cells
+            table.clear(columns=True)
+            for c in cols:
+                label = c.header
+                if c.key == self.sort_key:
+                    label += " ▲" if self.sort_reverse else " ▼"
+                table.add_column(label, key=c.key)
             for k in keys:
                 table.add_row(*(cell_text(cells[k][c.key], c.align) for c in cols), key=k)
             if selected is not None and str(selected) in cells:
@@ -269,7 +270,7 @@ class RunsScreen(Screen[None]):
                 old = self._shown_cells.get(k, {})
                 for c in cols:
                     if old.get(c.key) != cells[k][c.key]:
-                        table.update_cell(k, c.key, cell_text(cells[k][c.key], c.align))
+                        table.update_cell(k, c.key, cell_text(cells[k][c.key], c.align), update_width=True)
         self._shown_cols, self._shown_keys, self._shown_cells = col_keys, keys, cells
         self._show_status(len(rows), marks)
 
