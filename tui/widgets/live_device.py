@@ -98,7 +98,7 @@ class MetricCell(Horizontal):
 
     DEFAULT_CSS = """
     MetricCell { height: 1; width: 1fr; }
-    MetricCell > .cell-text { width: auto; min-width: 23; max-width: 27; height: 1; text-wrap: nowrap; text-overflow: ellipsis; }
+    MetricCell > .cell-text { width: 27; height: 1; text-wrap: nowrap; text-overflow: ellipsis; }
     MetricCell > Sparkline { width: 1fr; min-width: 4; height: 1; margin-left: 1; }
     """
 
@@ -116,9 +116,14 @@ class MetricCell(Horizontal):
         """Set the value text and the sparkline, each only when it changed."""
         text = f"{self.cell.label:<{LABEL_WIDTH}}{value_text:<{VALUE_WIDTH}}".rstrip()
         if text != self.text:
+            # the text cell has a fixed width, so a new value is repainted without a layout pass
+            # of the whole screen (a layout pass at every tick dominated the live view's cost)
             self.text = text
-            self.query_one(".cell-text", Static).update(text)
-        sig = (len(history), history[-1] if history else None)
+            self.query_one(".cell-text", Static).update(text, layout=False)
+        # The line is redrawn when a bucket closes (once a second), not at every tick: the
+        # value text above is the newest number; redrawing every sparkline at 10 Hz was most
+        # of the live view's cost (bench/README.md, bench_tui live)
+        sig = (len(history), None)
         if sig != self._spark_sig:
             self._spark_sig = sig
             self.query_one(Sparkline).data = list(history)
