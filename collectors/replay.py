@@ -107,6 +107,17 @@ def load_recording(path: str | Path) -> Recording:
     return Recording(path, header, devices, ticks, end)
 
 
+def gpus_only(path: str | Path) -> Recording:
+    """The recording at ``path`` without its host device and rows: its GPUs stand in for this
+    machine's while the host shown is this one (``gpuscope run --replay``, ``gpuscope tui
+    --replay``)."""
+    rec = load_recording(path)
+    hosts = {d.key for d in rec.devices if d.kind == "host"}
+    ticks = [[r for r in tick if r.get("device") not in hosts] for tick in rec.ticks]
+    return Recording(rec.path, rec.header, [d for d in rec.devices if d.key not in hosts],
+                     [t for t in ticks if t], rec.end)
+
+
 class RecordingWriter:
     """Writes a recording: the header at construction, rows as they come, an end line at close."""
 

@@ -27,6 +27,11 @@ class StoreError(GpuscopeError):
     """The store cannot be opened or used (locked by another writer, newer schema, ...)."""
 
 
+class StoreBusyError(StoreError):
+    """Another process holds the store's write lock (retried for a while first): a reader that
+    can wait (the TUI) tries again later."""
+
+
 class ParameterError(InputError):
     """An input quantity is missing, malformed or inconsistent with another.
 

@@ -148,3 +148,18 @@ def test_history_buckets_average_and_stay_bounded() -> None:
     for s in range(1, 6):
         h.add(s * 10**9, float(s))
     assert h.data == [3.0, 4.0, 5.0]
+
+
+def test_a_full_history_still_says_when_a_point_is_new() -> None:
+    """Sparklines are redrawn when a bucket closes: that signal must not stop once the history
+    is full (its length then stays the same)."""
+    from gpuscope.tui.widgets.live_history import MetricHistory
+
+    h = MetricHistory(1.0, points=3)
+    seen = []
+    for s in range(8):
+        h.add(s * 10**9, float(s))
+        seen.append(h.newest_bucket)
+    assert len(h) == 3 and seen == list(range(8))
+    h.add(7 * 10**9 + 1, 9.0)  # same bucket: nothing new to draw
+    assert h.newest_bucket == 7 and h.data[-1] == 8.0

@@ -30,16 +30,14 @@ class NoStore(Exception):
 def read_store(db: Path, fn: Callable[[Any], T]) -> T:
     """``fn(connection)`` on the store opened read-only, then closed."""
     from gpuscope import store
-    from gpuscope.errors import StoreError
+    from gpuscope.errors import StoreBusyError
 
     if not store.store_exists(db):
         raise NoStore(str(db))
     try:
         con = store.connect(db, read_only=True, retry_s=BUSY_RETRY_S)
-    except StoreError as exc:
-        if "busy" in str(exc):
-            raise StoreBusy(str(exc)) from None
-        raise
+    except StoreBusyError as exc:
+        raise StoreBusy(str(exc)) from None
     try:
         return fn(con)
     finally:

@@ -18,7 +18,7 @@ torch is imported inside the functions that measure, never at module import.
 """
 from __future__ import annotations
 
-from ..ceiling_metrics import METRIC_MATMUL, METRIC_MEM_BW, METRIC_MEM_READ, ROOF_DTYPES
+from ..ceiling_metrics import METRIC_MATMUL, METRIC_MEM_BW, METRIC_MEM_READ, METRICS, ROOF_DTYPES, UNITS
 from .devices import cpu_model_name, gpu_clocks, identify_spec, spec_peak
 from .report import calibration_json, write_calibration
 from .results import (
@@ -26,8 +26,6 @@ from .results import (
     DEFAULT_CPU_DTYPES,
     DEFAULT_GPU_DTYPES,
     DEFAULT_SECONDS,
-    METRICS,
-    UNITS,
     Calibration,
     CalibrationDevice,
     Measurement,

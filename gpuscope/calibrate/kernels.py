@@ -9,11 +9,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ..ceiling_metrics import METRIC_MATMUL, METRIC_MEM_BW, METRIC_MEM_READ
+from ..ceiling_metrics import METRIC_MATMUL, METRIC_MEM_BW, METRIC_MEM_READ, UNITS
 from ..render.table import fmt_bw, fmt_flops
 
 from .devices import gpu_clocks
-from .results import UNITS, CalibrationDevice, Measurement
+from .results import CalibrationDevice, Measurement
 
 
 Shape = tuple[int, int, int]  # (M, N, K): an (M x K) @ (K x N) matmul, 2*M*N*K FLOPs

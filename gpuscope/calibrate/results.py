@@ -8,8 +8,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..device import DeviceIdentity
-from ..errors import InputError, ParameterError
-from ..ceiling_metrics import METRIC_MATMUL, METRIC_MEM_BW, METRIC_MEM_READ, METRICS, ROOF_DTYPES, UNITS  # noqa: F401
+from ..errors import ParameterError
+from ..ceiling_metrics import ROOF_DTYPES
 
 
 #: What a GPU calibration measures unless told otherwise (fp8 is skipped where unsupported).

@@ -79,7 +79,6 @@ def run(args: argparse.Namespace) -> int:
     """Run the command; returns the exit code."""
     from ..analyzers.ceiling import (Claim, DecodeQuery, Decoding, KVCache, Model, decode_ceiling,
                                      parse_bytes, parse_count)
-    from ..errors import InputError
     from .common import print_json
     from ..render.ceiling import render_ceiling
     from ..specs import load_specs

@@ -140,20 +140,14 @@ def ingest(
             "UNION ALL SELECT min(ts_ns), max(ts_ns + dur_ns) FROM op_stage "
             "UNION ALL SELECT min(ts_ns), max(ts_ns + dur_ns) FROM annotation_stage)"
         ).fetchone()
-        linked = dict(zip(
-            ("kernels_with_op", "kernels_without_op", "kernels_with_launch"),
-            con.execute(
-                "SELECT count(*) FILTER (WHERE op_id IS NOT NULL), count(*) FILTER (WHERE op_id IS NULL), "
-                "count(*) FILTER (WHERE launch_name IS NOT NULL) FROM kernel_stage"
-            ).fetchone(),
-        ))
-        loaded = dict(zip(
-            ("kernels", "memcpy", "memset"),
-            con.execute(
-                "SELECT count(*) FILTER (WHERE kind = 'kernel'), count(*) FILTER (WHERE kind = 'memcpy'), "
-                "count(*) FILTER (WHERE kind = 'memset') FROM kernel_stage"
-            ).fetchone(),
-        ))
+        # one scan of the staged kernels for both the link counts and the kinds
+        counted = con.execute(
+            "SELECT count(*) FILTER (WHERE op_id IS NOT NULL), count(*) FILTER (WHERE op_id IS NULL), "
+            "count(*) FILTER (WHERE launch_name IS NOT NULL), count(*) FILTER (WHERE kind = 'kernel'), "
+            "count(*) FILTER (WHERE kind = 'memcpy'), count(*) FILTER (WHERE kind = 'memset') FROM kernel_stage"
+        ).fetchone()
+        linked = dict(zip(("kernels_with_op", "kernels_without_op", "kernels_with_launch"), counted[:3]))
+        loaded = dict(zip(("kernels", "memcpy", "memset"), counted[3:]))
         kept_ops = op_rows if (all_ops or gpu_rows == 0) else con.execute("SELECT count(*) FROM op_launching").fetchone()[0]
         loaded.update(ops=kept_ops, annotations=ann_rows, devices=len(devices))
         ignored_ops = op_rows - kept_ops

@@ -175,12 +175,13 @@ def execute(opts: RunOptions, progress: Any = None) -> RunOutcome:
     sink = StoreSink(opts.db, name=name, command=redact_command(opts.command), source="run", final_status=None)
     if opts.replay is not None:
         from ..collectors import HostCollector, ReplayCollector
+        from ..collectors.replay import gpus_only
 
         if not Path(opts.replay).is_file():
             raise InputError(str(opts.replay), "no such recording file")
         # The recording's GPUs stand in for this machine's; its host row does not: the host that
         # runs the command (and its process tree) is this one.
-        collectors = [ReplayCollector(_gpus_only(opts.replay), loop=True), HostCollector(tree)]
+        collectors = [ReplayCollector(gpus_only(opts.replay), loop=True), HostCollector(tree)]
     else:
         collectors = default_collectors(tree)
     degraded: list[Any] = []
@@ -288,17 +289,6 @@ def _store(opts: RunOptions, say: Any, sampler: Any, degraded: list[Any], run_id
                              "notes": profiler_notes(opts.profile, events, windows, len(traces), started_ns,
                                                      stops[0][1] if stops else None)})
     return RunOutcome(run_id, code, run_dir, summary)
-
-
-def _gpus_only(path: Path) -> Any:
-    """The recording at ``path`` without its host device and rows."""
-    from ..collectors.replay import Recording, load_recording
-
-    rec = load_recording(path)
-    hosts = {d.key for d in rec.devices if d.kind == "host"}
-    ticks = [[r for r in tick if r.get("device") not in hosts] for tick in rec.ticks]
-    return Recording(rec.path, rec.header, [d for d in rec.devices if d.key not in hosts],
-                     [t for t in ticks if t], rec.end)
 
 
 def _stderr_fd() -> int:

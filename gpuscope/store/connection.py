@@ -12,7 +12,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, TypeVar
 
-from ..errors import StoreError
+from ..errors import StoreBusyError, StoreError
 from ..machine import hostname, now_ns  # noqa: F401 - re-exported with the store API
 from .tx import transaction  # noqa: F401 - re-exported with the store API
 from . import schema
@@ -122,7 +122,7 @@ def retry_while_locked(path: Path | str, retry_s: float, open_store: Callable[[]
                 time.sleep(0.05)
                 continue
             if m:
-                raise StoreError(f"{path}: the store is busy (held by {m.group(1)}, pid {m.group(2)})") from None
+                raise StoreBusyError(f"{path}: the store is busy (held by {m.group(1)}, pid {m.group(2)})") from None
             raise StoreError(f"{path}: cannot open the store: {msg.splitlines()[0]}") from None
 
 

@@ -93,17 +93,6 @@ def find_ingested_run(con: duckdb.DuckDBPyConnection, inputs_digest: str) -> Run
     return RunRef(int(row[0]), str(row[1])) if row else None
 
 
-def run_info(con: duckdb.DuckDBPyConnection, run_id: int) -> dict[str, Any] | None:
-    """The run's ``info`` document ({} when empty), None when there is no such run."""
-    row = con.execute("SELECT info FROM runs WHERE id = ?", [run_id]).fetchone()
-    if row is None:
-        return None
-    try:
-        return json.loads(row[0]) if row[0] else {}
-    except ValueError:
-        return {}
-
-
 def run_name(con: duckdb.DuckDBPyConnection, run_id: int) -> str | None:
     """The run's name, None when there is no such run."""
     row = con.execute("SELECT name FROM runs WHERE id = ?", [run_id]).fetchone()

@@ -35,18 +35,6 @@ BUFFER_ROWS = 64
 CELL_COLUMNS_WIDTH = 40
 
 
-def gpus_only(path: Path) -> Any:
-    """The recording at ``path`` without its host device and rows (its GPUs stand in for this
-    machine's; the host shown is this one), as ``gpuscope run --replay`` plays it."""
-    from gpuscope.collectors.replay import Recording, load_recording
-
-    rec = load_recording(path)
-    hosts = {d.key for d in rec.devices if d.kind == "host"}
-    ticks = [[r for r in tick if r.get("device") not in hosts] for tick in rec.ticks]
-    return Recording(rec.path, rec.header, [d for d in rec.devices if d.key not in hosts],
-                     [t for t in ticks if t], rec.end)
-
-
 class AllProcesses:
     """Every process on the machine, as the sampler's process "tree": the GPU collectors report
     the processes using each GPU among the pids they are given. Re-listed at most once a
@@ -127,6 +115,7 @@ class LiveScreen(Screen[None]):
     # -- the sampler (its start in a worker thread) ----------------------------------------
     def _start_sampler(self) -> None:
         from gpuscope.collectors import HostCollector, ReplayCollector, default_collectors
+        from gpuscope.collectors.replay import gpus_only
         from gpuscope.sampling import Sampler
         from gpuscope.sinks import LiveBuffer
 

@@ -106,27 +106,28 @@ class MetricCell(Horizontal):
         super().__init__(id=id, classes=f"cell cell-{cell.key}")
         self.cell = cell
         self.text = ""
-        self._spark_sig: tuple[int, float | None] = (0, None)
+        self._drawn_bucket: int | None = None
+        self._text_widget = Static("", classes="cell-text", markup=False)
+        self._spark = Sparkline([], classes="cell-spark")
 
     def compose(self) -> ComposeResult:
-        yield Static("", classes="cell-text", markup=False)
-        yield Sparkline([], classes="cell-spark")
+        yield self._text_widget
+        yield self._spark
 
-    def show(self, value_text: str, history: Sequence[float]) -> None:
+    def show(self, value_text: str, history: MetricHistory) -> None:
         """Set the value text and the sparkline, each only when it changed."""
         text = f"{self.cell.label:<{LABEL_WIDTH}}{value_text:<{VALUE_WIDTH}}".rstrip()
         if text != self.text:
             # the text cell has a fixed width, so a new value is repainted without a layout pass
             # of the whole screen (a layout pass at every tick dominated the live view's cost)
             self.text = text
-            self.query_one(".cell-text", Static).update(text, layout=False)
+            self._text_widget.update(text, layout=False)
         # The line is redrawn when a bucket closes (once a second), not at every tick: the
         # value text above is the newest number; redrawing every sparkline at 10 Hz was most
         # of the live view's cost (bench/README.md, bench_tui live)
-        sig = (len(history), None)
-        if sig != self._spark_sig:
-            self._spark_sig = sig
-            self.query_one(Sparkline).data = list(history)
+        if history.newest_bucket != self._drawn_bucket:
+            self._drawn_bucket = history.newest_bucket
+            self._spark.data = history.data
 
 
 class DeviceCard(Vertical):
@@ -155,6 +156,7 @@ class DeviceCard(Vertical):
         self._texts: dict[str, str] = {}
         self._last_ts = -1
         self._last_procs: tuple[ProcessSample, ...] | None = None
+        self._cells: list[MetricCell] = []
 
     # -- what the card shows ------------------------------------------------------------
     def shown_cells(self) -> list[Cell]:
@@ -175,9 +177,9 @@ class DeviceCard(Vertical):
 
     def compose(self) -> ComposeResult:
         yield Static(self._title(None), classes="card-title", markup=False)
+        self._cells = [MetricCell(c, id=f"{self.id}-{c.key}") for c in self.shown_cells()]
         with Grid(classes="cells"):
-            for c in self.shown_cells():
-                yield MetricCell(c, id=f"{self.id}-{c.key}")
+            yield from self._cells
         missing = self.missing()
         text = "; ".join(f"n/a {', '.join(names)}: {why}" for why, names in missing.items())
         yield Static(text, classes="card-missing", markup=False)
@@ -234,7 +236,7 @@ class DeviceCard(Vertical):
         if title != self.title_text:
             self.title_text = title
             self.query_one(".card-title", Static).update(title)
-        for cell in self.query(MetricCell):
+        for cell in self._cells:  # kept from compose: no DOM query at every tick
             c = cell.cell
             if lost:
                 text = "lost"
@@ -249,7 +251,7 @@ class DeviceCard(Vertical):
                     text = fmt_against(c.metric, v, c.total, latest.values.get(c.total))
                 else:
                     text = fmt_metric(c.metric, v)
-            cell.show(text, self.history[c.metric].data)
+            cell.show(text, self.history[c.metric])
         if self.with_processes:
             self._show_processes(lost, proc_names or {})
 

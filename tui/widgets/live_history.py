@@ -36,6 +36,12 @@ class MetricHistory:
         self._means[-1] = self._sum / self._n
 
     @property
+    def newest_bucket(self) -> int | None:
+        """The number of the bucket still filling (None before the first value): it changes
+        when a bucket closes, which is when a sparkline has a new point to draw."""
+        return self._bucket
+
+    @property
     def data(self) -> list[float]:
         """The bucket means, oldest first."""
         return list(self._means)
