@@ -90,11 +90,14 @@ def test_ingest_spool_files_are_owner_only(tmp_path: Path, umask: int, monkeypat
 
     def watch() -> None:
         while not stop.is_set():
-            for p in spool_root.rglob("*"):
-                try:
-                    seen[str(p)] = _mode(p)
-                except FileNotFoundError:
-                    pass
+            try:  # ingest removes its spool folder while the walk may be inside it
+                for p in spool_root.rglob("*"):
+                    try:
+                        seen[str(p)] = _mode(p)
+                    except FileNotFoundError:
+                        pass
+            except FileNotFoundError:
+                pass
             time.sleep(0.005)
 
     t = threading.Thread(target=watch)
