@@ -329,9 +329,16 @@ def _union_s(intervals: Iterable[tuple[int, int]]) -> tuple[float, list[tuple[in
 
 def generation_summary(marks: Iterable[tuple[int, Any, dict[str, Any]]], tokens: int | None = None,
                        run_span_ns: tuple[int | None, int | None] = (None, None),
-                       energy_in: Callable[[int, int], float | None] | None = None) -> dict[str, Any]:
+                       energy_in: Callable[[int, int], float | None] | None = None,
+                       profiled: Iterable[tuple[Any, int, int]] = ()) -> dict[str, Any]:
     """Tokens of a run from its marks ``(ts_ns, pid, value)``; ``tokens`` (``--tokens``)
     replaces the generated count, over the whole run (``run_span_ns``).
+
+    ``profiled``: ``(pid, from_ns, to_ns)`` where a profiler held that process, from the call
+    that opened a window until its trace was written. Steps of that process overlapping such a
+    stretch measure the profiler (its start-up alone stood a decode loop still for 5.6 s on an
+    H100 machine), so they are left out of the rates and counted under ``profiled``, unless no
+    other step is left (then the rates are over them, and ``profiled['kept']`` says so).
 
     A mark's step lasts from the mark to the next mark of the same process, and carries the
     mark's ``tokens`` (generated) and ``prompt_tokens``. Rates use the closed steps (the last
@@ -345,11 +352,15 @@ def generation_summary(marks: Iterable[tuple[int, Any, dict[str, Any]]], tokens:
         by_pid.setdefault(pid, []).append((int(ts), value if isinstance(value, dict) else {}))
     totals = {"generated": 0, "prompt": 0}
     warm = {"marks": 0, "generated_tokens": 0, "prompt_tokens": 0}
-    steps: dict[str, list[tuple[int, int]]] = {"prefill": [], "decode": []}
-    closed = {"prefill_prompt": 0, "prefill_generated": 0, "decode": 0}
+    held: dict[str, list[tuple[int, int]]] = {}
+    for pid, a, b in profiled:
+        held.setdefault(str(pid), []).append((int(a), int(b)))
+    # (phase, start, end, generated, prompt, under the profiler) of every closed prefill/decode step
+    candidates: list[tuple[str, int, int, int, int, bool]] = []
     unclosed = 0
-    for rows in by_pid.values():
+    for pid, rows in by_pid.items():
         rows.sort(key=lambda r: r[0])
+        spans = held.get(str(pid), ())
         for i, (ts, value) in enumerate(rows):
             phase = mark_phase(value)
             gen, prompt = _count(value.get("tokens")), _count(value.get("prompt_tokens"))
@@ -360,17 +371,28 @@ def generation_summary(marks: Iterable[tuple[int, Any, dict[str, Any]]], tokens:
                 continue
             totals["generated"] += gen
             totals["prompt"] += prompt
-            if phase not in steps:
+            if phase not in ("prefill", "decode"):
                 continue
             if i + 1 == len(rows):
                 unclosed += gen
                 continue
-            steps[phase].append((ts, rows[i + 1][0]))
-            if phase == "prefill":
-                closed["prefill_prompt"] += prompt
-                closed["prefill_generated"] += gen
-            else:
-                closed["decode"] += gen
+            end = rows[i + 1][0]
+            candidates.append((phase, ts, end, gen, prompt, any(a < end and ts < b for a, b in spans)))
+    free = [c for c in candidates if not c[5]]
+    prof = [c for c in candidates if c[5]]
+    profiled_doc = None
+    if prof:
+        profiled_doc = {"steps": len(prof), "generated_tokens": sum(c[3] for c in prof),
+                        "prompt_tokens": sum(c[4] for c in prof), "kept": not free}
+    steps: dict[str, list[tuple[int, int]]] = {"prefill": [], "decode": []}
+    closed = {"prefill_prompt": 0, "prefill_generated": 0, "decode": 0}
+    for phase, ts, end, gen, prompt, _ in (free or prof):
+        steps[phase].append((ts, end))
+        if phase == "prefill":
+            closed["prefill_prompt"] += prompt
+            closed["prefill_generated"] += gen
+        else:
+            closed["decode"] += gen
 
     def energy(intervals: list[tuple[int, int]]) -> float | None:
         if energy_in is None or not intervals:
@@ -395,6 +417,7 @@ def generation_summary(marks: Iterable[tuple[int, Any, dict[str, Any]]], tokens:
         "prefill": phase_doc("prefill", closed["prefill_prompt"], "prompt_tokens"),
         "decode": phase_doc("decode", closed["decode"], "tokens"),
         "warmup": warm if warm["marks"] else None,
+        "profiled": profiled_doc,
         "unclosed_tokens": unclosed,
     }
     start_ns, end_ns = run_span_ns
@@ -426,9 +449,10 @@ def run_telemetry(con: duckdb.DuckDBPyConnection, run_id: int, tokens: int | Non
     devices = con.execute(
         "SELECT device_id, key, name, kind FROM devices WHERE run_id = ? AND source <> 'trace' ORDER BY device_id",
         [run_id]).fetchall()
-    windows = con.execute(
-        "SELECT name, ts_ns, ts_ns + dur_ns, pid FROM annotations WHERE run_id = ? AND kind = 'profiler_window' "
+    windows_held = con.execute(
+        "SELECT name, ts_ns, ts_ns + dur_ns, pid, value FROM annotations WHERE run_id = ? AND kind = 'profiler_window' "
         "ORDER BY ts_ns", [run_id]).fetchall()
+    windows = [w[:4] for w in windows_held]
     gpus = []
     energies: list[DeviceEnergy] = []
     for device_id, key, name, kind in devices:
@@ -467,7 +491,16 @@ def run_telemetry(con: duckdb.DuckDBPyConnection, run_id: int, tokens: int | Non
             v = {}
         marks.append((ts, pid, v if isinstance(v, dict) else {}))
     span = con.execute("SELECT started_ns, ended_ns FROM runs WHERE id = ?", [run_id]).fetchone() or (None, None)
-    gen = generation_summary(marks, tokens, (span[0], span[1]), energy_in)
+    held = []
+    for _n, s, e, pid, value in windows_held:
+        try:
+            v = json.loads(value or "{}")
+        except ValueError:
+            v = {}
+        v = v if isinstance(v, dict) else {}
+        a, b = v.get("open_ns"), v.get("written_ns")
+        held.append((pid, a if isinstance(a, int) else s, b if isinstance(b, int) else e))
+    gen = generation_summary(marks, tokens, (span[0], span[1]), energy_in, profiled=held)
     out: dict[str, Any] = {
         "gpus": gpus,
         "windows": [{"name": n, "start_ns": s, "end_ns": e, "pid": p} for n, s, e, p in windows],

@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
+T0 = time.monotonic()
 sys.path.insert(0, str(REPO / "tests"))  # the fake pynvml lives with the tests
 
 
@@ -149,16 +150,26 @@ def part3(args: argparse.Namespace) -> dict[str, Any]:
     modes: list[float | None] = [None, 10.0, 100.0]
     results: dict[str, list[float]] = {"off": [], "10 Hz": [], "100 Hz": []}
     names = {None: "off", 10.0: "10 Hz", 100.0: "100 Hz"}
+    stopped = None
     with tempfile.TemporaryDirectory() as tmp:
         db = Path(tmp) / "s.duckdb"
+        longest_round_s = 0.0
         for r in range(args.repeat):
+            # under --budget-s, a round that would not end in time is not begun: the rounds
+            # already run stay whole (a step cut at its limit would bring back none)
+            left = args.budget_s - (time.monotonic() - T0) if args.budget_s else None
+            if left is not None and r and left < longest_round_s * 1.2:
+                stopped = f"{r} of {args.repeat} rounds: a round takes about {longest_round_s:.0f} s, {left:.0f} s of --budget-s were left"
+                break
+            t_round = time.monotonic()
             order = modes[r % 3:] + modes[:r % 3]  # rotate, so no mode always runs first
             for hz in order:
                 tps = _decode_once(hz, args, db)
                 results[names[hz]].append(tps)
                 print(f"  round {r + 1}: {names[hz]:>6}  {tps:,.1f} decode tokens/s", file=sys.stderr)
+            longest_round_s = max(longest_round_s, time.monotonic() - t_round)
     med = {k: statistics.median(v) for k, v in results.items()}
-    return {"gpus": gpus, "repeat": args.repeat, "decode_tokens_per_s_median": med, "runs": results,
+    return {"gpus": gpus, "repeat": len(results["off"]), "stopped": stopped, "decode_tokens_per_s_median": med, "runs": results,
             "change_vs_off_pct": {k: round(100 * (med[k] - med["off"]) / med["off"], 3) for k in ("10 Hz", "100 Hz")},
             "goal_10hz_pct": 0.3}
 
@@ -170,6 +181,8 @@ def main() -> int:
     ap.add_argument("--decode", action="store_true", help="part 3: decode throughput with sampling (needs a GPU)")
     ap.add_argument("--allow-cpu", action="store_true", help="run part 3 on the CPU too (plumbing check, not a result)")
     ap.add_argument("--repeat", type=int, default=6, help="rounds of part 3 (each runs all three modes)")
+    ap.add_argument("--budget-s", type=float, default=None,
+                    help="stop part 3 before a round that would end past this many seconds from the start")
     ap.add_argument("--json", action="store_true")
     ap.add_argument("workload_args", nargs="*", help="extra arguments for examples/tiny_llm.py (after --)")
     args = ap.parse_args()

@@ -11,6 +11,24 @@ __version__ = "0.1.0"
 __all__ = ["__version__", "profile", "mark"]
 
 
+def _find_checkout_subpackages() -> None:
+    # collectors/, analyzers/ and tui/ sit beside gpuscope/ in the repository (the design card's
+    # layout) and an install maps them into this package (pyproject's package-dir). Imported
+    # straight from a checkout with no install in effect (`python -m gpuscope` or pytest in the
+    # repository root put the checkout first on sys.path), the folder above is searched too, so
+    # that gpuscope.collectors is the checkout's and not missing.
+    import os
+
+    here = os.path.dirname(os.path.abspath(__file__))
+    root = os.path.dirname(here)
+    if not os.path.isdir(os.path.join(here, "collectors")) and \
+            os.path.isfile(os.path.join(root, "collectors", "__init__.py")):
+        __path__.append(root)  # type: ignore[name-defined]  # noqa: F821
+
+
+_find_checkout_subpackages()
+
+
 def __getattr__(name: str):  # lazy: `import gpuscope` stays free of everything else
     if name in ("profile", "mark"):
         from . import api

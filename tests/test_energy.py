@@ -195,3 +195,24 @@ def test_tokens_option_counts_over_the_whole_run() -> None:
     assert g["source"] == "--tokens" and g["basis"] == "run" and g["generated_tokens"] == 1000
     assert g["tokens_per_s"] == pytest.approx(200.0) and g["energy_per_token_j"] == pytest.approx(0.5)
     assert g["prompt_tokens"] == 64 and g["prefill"]["prompt_tokens"] == 64
+
+
+def test_steps_held_by_the_profiler_are_left_out_of_the_rates() -> None:
+    """On an H100 machine the profiler's start-up stood the decode loop still for 5.6 s: a step
+    across it is the profiler's time. Steps of the profiled process that overlap the window,
+    from the call that opened it until its trace was written, are counted apart; other processes
+    are not touched."""
+    marks = [_m(t, pid=1, phase="decode", tokens=8) for t in (0, 40, 80, 6000, 6040, 6080)]
+    marks += [_m(t, pid=2, phase="decode", tokens=8) for t in (0, 40, 80)]
+    held = [(1, BASE_NS + 100 * MS, BASE_NS + 6000 * MS)]  # open..written; the 80 -> 6000 step is in it
+    g = generation_summary(marks, profiled=held)
+    assert g["profiled"] == {"steps": 1, "generated_tokens": 8, "prompt_tokens": 0, "kept": False}
+    # pid 1: 4 steps of 40 ms; pid 2: 2 steps of 40 ms in parallel with pid 1's first two
+    assert g["decode"]["steps"] == 6 and g["decode"]["tokens"] == 48
+    assert g["decode"]["tokens_per_s"] == pytest.approx(48 / 0.16)
+    assert generation_summary(marks)["decode"]["steps"] == 7  # without windows every closed step counts
+    # a pid given as text (as annotations store it) is the same process
+    assert generation_summary(marks, profiled=[("1", *held[0][1:])])["profiled"]["steps"] == 1
+    # when every step was under the profiler, the rates are over them and say so
+    g = generation_summary(marks[:3], profiled=[(1, BASE_NS - MS, BASE_NS + 10**9)])
+    assert g["profiled"]["kept"] is True and g["decode"]["steps"] == 2

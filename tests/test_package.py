@@ -109,3 +109,16 @@ def test_wheel_install_works(tmp_path) -> None:
     lines = p.stdout.splitlines()
     assert lines[0].startswith(str(target)) and lines[1].startswith(str(target))
     assert json.loads("\n".join(lines[2:])) == []
+
+
+def test_checkout_imports_without_an_install(tmp_path) -> None:
+    """`python -m gpuscope` or pytest in the repository root put the checkout's gpuscope/ first on
+    sys.path, ahead of any install: its subpackages that live beside it (collectors/, analyzers/,
+    tui/) must still resolve, to the checkout's files. `-S` leaves out site-packages and with it
+    the editable install's import hook (the GPU machine's acceptance run had none, and every
+    command failed with No module named 'gpuscope.collectors')."""
+    code = ("import gpuscope.collectors, gpuscope.analyzers, gpuscope.tui, gpuscope.collectors.nvml;"
+            "print(gpuscope.collectors.__file__); print(gpuscope.analyzers.__file__); print(gpuscope.tui.__file__)")
+    out = subprocess.run([sys.executable, "-S", "-c", code], cwd=REPO, capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert [Path(p) for p in out.stdout.split()] == [REPO / top / "__init__.py" for top in ("collectors", "analyzers", "tui")]

@@ -59,6 +59,13 @@ def _token_lines(tele: dict[str, Any]) -> list[str]:
     if warm:
         out.append(f"    warm-up left out: {warm['marks']} marks, {warm['generated_tokens']:,} generated and "
                    f"{warm['prompt_tokens']:,} prompt tokens")
+    held = gen.get("profiled")
+    if held:
+        what = (f"{held['steps']:,} step(s) held by the profiler (from opening a window to writing its trace)")
+        if held.get("kept"):
+            out.append(f"    every step ran under the profiler: the rates above include its overhead ({what})")
+        else:
+            out.append(f"    left out: {what}, {held['generated_tokens']:,} generated tokens")
     return out
 
 
@@ -67,7 +74,14 @@ def render_run_summary(summary: dict[str, Any], top: int = 10, width: int = DEFA
     out = [f"gpuscope run {summary['run_id']}: exit code {summary['exit_code']}  (run dir {summary['run_dir']})"]
     windows = summary.get("windows") or []
     traces = summary.get("traces") or []
-    out.append(f"  profiler windows: {len(windows)}, traces: {len(traces)}, marks: {summary.get('marks', 0)}")
+    line = f"  profiler windows: {len(windows)}, traces: {len(traces)}, marks: {summary.get('marks', 0)}"
+    stalls = [(w["start_ns"] - w["open_ns"], w["written_ns"] - w["end_ns"]) for w in windows
+              if all(isinstance(w.get(k), int) for k in ("open_ns", "start_ns", "end_ns", "written_ns"))]
+    if stalls:
+        # the profiled thread does nothing else meanwhile; seconds on a GPU machine
+        line += (f"; the profiler took {max(a for a, _ in stalls) / 1e9:.1f} s to start and "
+                 f"{max(b for _, b in stalls) / 1e9:.1f} s to write its trace{' (longest)' if len(stalls) > 1 else ''}")
+    out.append(line)
     if summary.get("ingest_error"):
         out.append(f"  traces not ingested: {summary['ingest_error']}")
     for note in (summary.get("profiler") or {}).get("notes") or ():

@@ -250,7 +250,28 @@ def execute(opts: RunOptions, progress: Any = None) -> RunOutcome:
             signal.signal(sig, handler)
     if opts.analyze:
         outcome.summary.update(_analyze(opts.db, run_id, opts.tokens))
+        if opts.replay is None:  # replayed GPUs are not the ones the program ran on
+            note = window_missed_gpu_note(opts.profile, outcome.summary)
+            if note:
+                outcome.summary["profiler"]["notes"].append(note)
     return outcome
+
+
+def window_missed_gpu_note(profile: ProfileConfig, summary: dict[str, Any]) -> str | None:
+    """A sentence when the traces hold no GPU kernel while the machine's GPUs were sampled: the
+    window opened where the program did no GPU work yet (a model still loading on the CPU, as the
+    README's command did on an H100 machine whose model took longer than the delay to build),
+    and the analysis alone would only say that the trace is CPU-only."""
+    analysis = summary.get("analysis") or {}
+    gpus = (summary.get("telemetry") or {}).get("gpus") or []
+    if not summary.get("traces") or analysis.get("gpu_activity", True) or not gpus:
+        return None
+    n = len(summary.get("windows") or []) or 1
+    end = profile.delay_s + profile.duration_s
+    return (f"the profiler window{'s' if n > 1 else ''} recorded no GPU kernel, yet {len(gpus)} GPU(s) were "
+            f"sampled: the window ({profile.delay_s:g}-{end:g} s after the program imported torch) came while "
+            "it did no GPU work (still loading its model, say); open it later with --profile-delay, or add "
+            "windows with --profile-windows")
 
 
 def _store(opts: RunOptions, say: Any, sampler: Any, degraded: list[Any], run_id: int, run_dir: Path, code: int,
@@ -458,7 +479,8 @@ def _annotation_rows(run_id: int, windows: list[dict[str, Any]], marks: list[dic
         if isinstance(w.get("start_ns"), int) and isinstance(w.get("end_ns"), int):
             rows.append((run_id, None, "profiler_window", w.get("label") or "window", w["start_ns"],
                          w["end_ns"] - w["start_ns"], None, str(w.get("pid")), None,
-                         json.dumps({"path": w.get("path")})))
+                         json.dumps({"path": w.get("path"),
+                                     **{k: w[k] for k in ("open_ns", "written_ns") if isinstance(w.get(k), int)}})))
     for m in marks:
         if isinstance(m.get("ts_ns"), int):
             value = {k: m[k] for k in ("tokens", "prompt_tokens", "phase", "step", "fields") if k in m}

@@ -180,10 +180,12 @@ class Window:
         self.out_dir = out_dir
         self.label = label
         self.prof: Any = None
+        self.open_ns = 0  # start() called: the thread stands still until start_ns
         self.start_ns = 0
         self.path: Path | None = None
 
     def start(self) -> None:
+        self.open_ns = time.time_ns()
         import torch
         from torch.profiler import ProfilerActivity, profile
 
@@ -224,7 +226,11 @@ class Window:
             self.out_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
             assert self.path is not None
             export_gzipped(prof, self.path)
+            # open_ns..start_ns (profiler start-up) and end_ns..written_ns (processing and writing
+            # the trace) the thread did nothing else: steps there are the profiler's time, not
+            # the program's (seconds on a GPU machine: bench/README.md)
             append_jsonl(contract.WINDOWS_FILE, {"pid": os.getpid(), "start_ns": self.start_ns, "end_ns": end_ns,
+                                           "open_ns": self.open_ns or self.start_ns, "written_ns": time.time_ns(),
                                            "path": str(self.path), "label": self.label})
         if deliver_signals:
             deferred.raise_pending()
