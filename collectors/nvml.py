@@ -65,6 +65,16 @@ FI_POWER_CURRENT_LIMIT = 190  # mW
 FI_PCIE_COUNT_TX_BYTES = 197  # byte counter
 FI_PCIE_COUNT_RX_BYTES = 198
 
+#: A counter field whose own read takes longer than this is read at most every
+#: ``slow_counter_interval_s`` instead of every tick. On an H100 (driver 580) the energy field
+#: cost about 4 ms of CPU per read, 80 % of a whole tick (bench/README.md, the H100 results).
+#: Only counters: read less often they lose time resolution, not joules or bytes; gauges are
+#: read at the asked rate whatever they cost.
+SLOW_FIELD_S = 1e-3
+#: The counters, grouped: a group is read together, so a rate or a sum never mixes readings of
+#: two ticks (PCIe tx with rx, every NVLink link).
+_COUNTER_GROUPS = (("energy",), ("_pcie_tx", "_pcie_rx"), ("_nvl_",))
+
 # GPM metric ids (pynvml.NVML_GPM_METRIC_*); values are percent unless stated.
 GPM_SM_UTIL = 2
 GPM_SM_OCCUPANCY = 3
@@ -154,6 +164,8 @@ class _Gpu:
     gpu_instance_id: int | None = None
     fields: list[tuple[int, int] | int] = field(default_factory=list)
     field_metric: dict[tuple[int, int], str] = field(default_factory=dict)
+    slow_fields: list[tuple[int, int] | int] = field(default_factory=list)  # counters read every slow_counter_interval_s
+    slow_last_mono: float = -1e18
     reads: list[_Read] = field(default_factory=list)
     gpm_ids: dict[int, str] = field(default_factory=dict)
     gpm_samples: list[Any] = field(default_factory=list)
@@ -173,7 +185,8 @@ class NvmlCollector(Collector):
     ``nvml`` injects a pynvml-compatible module (tests pass a fake one); by default
     ``pynvml`` is imported in :meth:`open`. ``process_interval_s`` paces the per-process
     queries (enumerating processes costs milliseconds in the driver); ``gpm_min_interval_s``
-    is the shortest GPM window (GPM needs about 100 ms between its two samples).
+    is the shortest GPM window (GPM needs about 100 ms between its two samples);
+    ``slow_counter_interval_s`` paces counter fields that proved slow to read (:data:`SLOW_FIELD_S`).
     """
 
     source = "nvidia"
@@ -181,7 +194,7 @@ class NvmlCollector(Collector):
 
     def __init__(self, nvml: ModuleType | Any | None = None, *, gpm: bool = True,
                  process_interval_s: float = 1.0, gpm_min_interval_s: float = 0.1,
-                 pcie_fallback_interval_s: float = 1.0) -> None:
+                 pcie_fallback_interval_s: float = 1.0, slow_counter_interval_s: float = 1.0) -> None:
         super().__init__()
         self._mod_override = nvml
         self.nvml: Any = None
@@ -189,6 +202,7 @@ class NvmlCollector(Collector):
         self.process_interval_s = process_interval_s
         self.gpm_min_interval_s = gpm_min_interval_s
         self.pcie_fallback_interval_s = pcie_fallback_interval_s
+        self.slow_counter_interval_s = slow_counter_interval_s
         self.driver_version: str | None = None
         self._gpus: list[_Gpu] = []
         self._pids: frozenset[int] = frozenset()
@@ -345,6 +359,7 @@ class NvmlCollector(Collector):
             field_errors = {name: reason for _, name in wanted}
         fm = set(gpu.field_metric.values())
         supported |= {m for m in fm if not m.startswith("_")}
+        self._time_counter_fields(gpu)
 
         # 2. getters
         def add(metrics: tuple[str, ...], fn: Callable[[Any], dict[str, Any]], every_s: float = 0.0) -> bool:
@@ -517,6 +532,30 @@ class NvmlCollector(Collector):
             out.append(g)
         return out
 
+    def _time_counter_fields(self, gpu: _Gpu) -> None:
+        """Read each counter field on its own once (after the batched probe, so no first-call
+        set-up is timed); move a group with a field slower than :data:`SLOW_FIELD_S` to the slow
+        cadence, and say so in the device's properties (``devices --json``)."""
+        slow: dict[str, float] = {}
+        for prefixes in _COUNTER_GROUPS:
+            ids = [fid for fid in gpu.fields if gpu.field_metric[fid].startswith(prefixes)]
+            cost = 0.0
+            for fid in ids:
+                t0 = time.perf_counter()
+                try:
+                    self.nvml.nvmlDeviceGetFieldValues(gpu.handle, [fid])
+                except Exception:  # a failing read is the sampling's business, not the timing's
+                    continue
+                cost = max(cost, time.perf_counter() - t0)
+            if ids and cost > SLOW_FIELD_S:
+                gpu.slow_fields += ids
+                gpu.fields = [f for f in gpu.fields if f not in ids]
+                for fid in ids:
+                    slow[gpu.field_metric[fid].lstrip("_").rstrip("0123456789")] = round(cost * 1e3, 2)
+        if slow:
+            gpu.info.properties["slow_counters_read_every_s"] = self.slow_counter_interval_s
+            gpu.info.properties["slow_counters_ms_per_read"] = slow
+
     # ------------------------------------------------------------------ sampling
     def set_pids(self, pids: set[int] | frozenset[int]) -> None:
         self._pids = frozenset(pids)
@@ -541,14 +580,18 @@ class NvmlCollector(Collector):
         mono = time.monotonic()
         values: dict[str, float | int | None] = {}
         vendor_ts = 0
-        if gpu.fields:
+        ids = gpu.fields
+        if gpu.slow_fields and mono - gpu.slow_last_mono >= self.slow_counter_interval_s:
+            gpu.slow_last_mono = mono
+            ids = ids + gpu.slow_fields
+        if ids:
             try:
-                fvs = mod.nvmlDeviceGetFieldValues(h, gpu.fields)
+                fvs = mod.nvmlDeviceGetFieldValues(h, ids)
             except Exception as exc:
                 self._read_failed(gpu, "field values", exc)
                 fvs = []
             raw: dict[str, tuple[float, int]] = {}
-            for fid, fv in zip(gpu.fields, fvs):
+            for fid, fv in zip(ids, fvs):
                 name = gpu.field_metric[fid]
                 if fv.nvmlReturn != 0:
                     if fv.nvmlReturn in _LOST_CODES:

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import sys
+import time
 
 import pytest
 
@@ -133,6 +134,44 @@ def test_a100_pcie_falls_back_to_the_slow_throughput_call() -> None:
     fake.step()
     v = _rows(c)["gpu1"].values
     assert "pcie_tx_bytes_per_s" not in v  # the 20 ms call is paced: None in between
+
+
+def test_a_slow_counter_field_is_read_once_a_second_and_the_rest_every_tick() -> None:
+    # an H100 on driver 580 took about 4 ms of CPU to answer the energy field, the others µs
+    # (bench/README.md); the collector times each counter field once and paces the slow ones
+    table = load_table("nvml_h100_a100.json")
+    table["devices"][0]["base"]["field_cost_us"] = {"83": 3000}
+    fake = FakeNvml(table, epoch_us=EPOCH_US)
+    c = NvmlCollector(nvml=fake, gpm_min_interval_s=0.0, process_interval_s=0.0, slow_counter_interval_s=0.3)
+    devs = {d.key: d for d in c.open()}
+    props = devs["gpu0"].properties
+    assert props["slow_counters_read_every_s"] == 0.3 and list(props["slow_counters_ms_per_read"]) == ["energy_j"]
+    assert props["slow_counters_ms_per_read"]["energy_j"] >= 3.0
+    assert "slow_counters_ms_per_read" not in devs["gpu1"].properties  # its fields cost nothing
+    rows = []
+    for _ in range(3):
+        rows.append(_rows(c)["gpu0"].values)
+        fake.step()
+    time.sleep(0.35)
+    rows.append(_rows(c)["gpu0"].values)
+    assert ["energy_j" in v for v in rows] == [True, False, False, True]
+    assert all(v["power_w"] is not None for v in rows)  # the fast fields: every tick
+    assert rows[1]["pcie_tx_bytes_per_s"] is not None  # PCIe counters are fast here: every tick
+
+
+def test_slow_counter_groups_are_read_together() -> None:
+    # one slow PCIe counter moves both: a rate's sum never mixes two ticks' readings
+    table = load_table("nvml_h100_a100.json")
+    table["devices"][0]["base"]["field_cost_us"] = {"198": 2000}
+    fake = FakeNvml(table, epoch_us=EPOCH_US)
+    c = NvmlCollector(nvml=fake, gpm_min_interval_s=0.0, process_interval_s=0.0, slow_counter_interval_s=60)
+    devs = {d.key: d for d in c.open()}
+    assert set(devs["gpu0"].properties["slow_counters_ms_per_read"]) == {"pcie_tx", "pcie_rx"}
+    first = _rows(c)["gpu0"].values
+    fake.step()
+    second = _rows(c)["gpu0"].values
+    assert "pcie_tx_bytes_per_s" in first and "pcie_tx_bytes_per_s" not in second
+    assert "pcie_rx_bytes_per_s" not in second and second["energy_j"] is not None
 
 
 def test_watched_processes() -> None:

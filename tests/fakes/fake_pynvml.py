@@ -338,6 +338,11 @@ class FakeNvml:
         if isinstance(fields, str):  # the whole call fails (e.g. FUNCTION_NOT_FOUND on an old driver)
             _raise_if_error(fields)
         ts_us = self.epoch_us + int(t.get("field_ts_us", 0))
+        # what each field costs the driver to read, in µs of wall time (``"field_cost_us"``:
+        # {"83": 4000} is the energy field as an H100 on driver 580 answered it)
+        cost_us = t.get("field_cost_us") or {}
+        if cost_us:
+            time.sleep(sum(float(cost_us.get(str(f[0] if isinstance(f, tuple) else f), 0)) for f in field_ids) / 1e6)
         out = []
         for fid in field_ids:
             fid_, scope = fid if isinstance(fid, tuple) else (fid, 0)
