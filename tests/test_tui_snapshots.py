@@ -5,9 +5,11 @@ UTC (TZ), so every screen drawn from it is the same on every machine. Update aft
 change with ``python -m pytest tests/test_tui_snapshots.py --snapshot-update`` and look at the
 SVGs (tests/__snapshots__/test_tui_snapshots/) before committing them.
 
-The live screen has no snapshot: it shows this machine's own CPU and memory (the host is always
-the real one, also with --replay) and the replayed GPUs at whatever tick the loop has reached,
-so no two drawings agree; tests/test_tui_live.py checks its content instead.
+The live screen normally shows this machine's own CPU and memory and the replayed GPUs at
+whatever tick the loop has reached, so its snapshot holds the screen still: the screen's
+sampler start is replaced by the synthetic recording's first 23 ticks (its own host included,
+gpu1 lost at tick 20) handed to the real cards, which draw them exactly as they draw live rows.
+tests/test_tui_live.py checks the live screen with the sampler running.
 """
 from __future__ import annotations
 
@@ -77,14 +79,16 @@ def utc(monkeypatch: pytest.MonkeyPatch) -> None:
     time.tzset()
 
 
-def _app(db: Path, mode: str, **attrs: Any) -> Any:
-    """The app opening on ``mode`` (so the live screen, with this machine's host, never starts)."""
+def _app(db: Path, mode: str, screens: dict[str, Any] | None = None, **attrs: Any) -> Any:
+    """The app opening on ``mode`` (so the live screen, with this machine's host, never starts);
+    ``screens`` replaces some of its modes' screens (App.__init__ reads MODES: a class attribute)."""
     from gpuscope.tui.app import GpuscopeApp
 
     import gpuscope.tui.app as app_module
 
     css = Path(app_module.__file__).parent / GpuscopeApp.CSS_PATH  # the subclass lives elsewhere
-    cls = type("SnapshotApp", (GpuscopeApp,), {"DEFAULT_MODE": mode, "CSS_PATH": str(css)})
+    cls = type("SnapshotApp", (GpuscopeApp,), {"DEFAULT_MODE": mode, "CSS_PATH": str(css),
+                                               "MODES": {**GpuscopeApp.MODES, **(screens or {})}})
     app = cls(db=db, replay=None, interval_s=60.0)
     for k, v in attrs.items():
         setattr(app, k, v)
@@ -148,3 +152,46 @@ def test_runs_screen_without_a_store(snap_compare: Any, tmp_path: Path, size: st
     # a relative path, so the message on screen is the same wherever the test runs
     monkeypatch.chdir(tmp_path)
     assert snap_compare(_app(Path("no-store-yet.duckdb"), "runs"), terminal_size=SIZES[size], run_before=_settled)
+
+
+RECORDING_TICKS = 23  # gpu1 is lost at tick 20: the frozen screen shows it LOST
+
+
+def _frozen_live_app(db: Path) -> Any:
+    """The app on a live screen fed with a fixed stretch of the synthetic recording."""
+    from gpuscope.collectors.base import Sample
+    from gpuscope.collectors.replay import load_recording
+    from gpuscope.sinks.memory import LiveSnapshot
+    from gpuscope.tui.screens.live import LiveScreen
+
+    from conftest import FIXTURES
+
+    rec = load_recording(FIXTURES / "recordings" / "synthetic_h100_a100.jsonl")
+    rows: dict[str, list[Sample]] = {}
+    for tick in rec.ticks[:RECORDING_TICKS]:
+        for r in tick:
+            rows.setdefault(r["device"], []).append(Sample(r["device"], r["ts_ns"], r["values"], bool(r.get("lost"))))
+    snap = LiveSnapshot(tuple(rec.devices), {k: tuple(v) for k, v in rows.items()}, RECORDING_TICKS,
+                        RECORDING_TICKS - 1, (), rec.interval_s)
+
+    class Frozen:
+        def snapshot(self) -> LiveSnapshot:
+            return snap
+
+    class FrozenLiveScreen(LiveScreen):
+        def _start_sampler(self) -> None:  # the worker thread: the recorded rows instead of a sampler
+            with self._lock:
+                self._buffer = Frozen()
+            self._from_thread(self._started, list(rec.devices), [])
+            for _ in range(200):  # the cards mount after _started returns
+                if self._cards and all(c.is_mounted for c in self._cards.values()):
+                    break
+                time.sleep(0.01)
+            self._from_thread(self._refresh_values)
+
+    return _app(db, "live", screens={"live": FrozenLiveScreen}, interval_s=0.1)
+
+
+@pytest.mark.parametrize("size", SIZES)
+def test_live_screen(snap_compare: Any, store: Path, size: str) -> None:
+    assert snap_compare(_frozen_live_app(store), terminal_size=SIZES[size], run_before=_settled)

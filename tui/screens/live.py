@@ -74,9 +74,6 @@ class LiveScreen(Screen[None]):
     LiveScreen #live-status { height: auto; padding: 0 1; }
     LiveScreen #live-devices { height: 1fr; padding: 0 1; }
     LiveScreen .no-gpu { height: auto; }
-    LiveScreen.cols-1 DeviceCard > .cells { grid-size: 1; }
-    LiveScreen.cols-3 DeviceCard > .cells { grid-size: 3; }
-    LiveScreen.cols-4 DeviceCard > .cells { grid-size: 4; }
     """
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
@@ -197,7 +194,7 @@ class LiveScreen(Screen[None]):
             widgets.append(Static(f"host: {why or 'no host telemetry'}", id="host-missing", markup=False))
         for d in hosts + [d for d in devices if d.kind != "host"]:
             card = DeviceCard(d, HOST_CELLS if d.kind == "host" else GPU_CELLS, bucket,
-                              processes=d.kind != "host")
+                              processes=d.kind != "host", columns=self._columns)
             self._cards[d.key] = card
             self._shown_ts[d.key] = -1  # nothing shown yet: the first refresh shows "waiting"
             widgets.append(card)
@@ -214,10 +211,9 @@ class LiveScreen(Screen[None]):
     def _apply_columns(self) -> None:
         """As many metric cells side by side as the width takes (2 at 80 columns, 4 at 160)."""
         n = max(1, min(4, self.size.width // CELL_COLUMNS_WIDTH))
-        if n != self._columns:
-            self.remove_class(f"cols-{self._columns}")
-            self._columns = n
-        self.add_class(f"cols-{n}")
+        self._columns = n
+        for card in self._cards.values():
+            card.set_columns(n)
 
     # -- every refresh: only the values ------------------------------------------------------
     def _refresh_values(self) -> None:

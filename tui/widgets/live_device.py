@@ -2,8 +2,11 @@
 a sparkline of its short history), the metrics it lacks with the reason, and the processes
 using it.
 
-The card is built once, when the sampler reports its devices; each refresh only changes the
-text of the cells whose value changed and the data of the sparklines (no full redraw). Metric
+The card is one widget that draws its own lines (Textual's line API, ``render_line``): a
+refresh works out the card's lines as text, and only the lines whose text changed are marked
+dirty and repainted. An earlier card of about 25 widgets (a Static and a Sparkline per cell)
+cost the compositor a third of a core for 8 GPUs at 10 Hz (bench/README.md, bench_tui live).
+A sparkline's characters are worked out again only when its history closes a bucket. Metric
 names and units come from :data:`gpuscope.metrics.METRICS`; numbers are formatted with
 :mod:`gpuscope.render.table`'s helpers. Nothing relies on colour alone: a lost device says
 LOST, a missing metric says why.
@@ -11,12 +14,15 @@ LOST, a missing metric says why.
 from __future__ import annotations
 
 import re
+import textwrap
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from textual.app import ComposeResult
-from textual.containers import Grid, Horizontal, Vertical
-from textual.widgets import Sparkline, Static
+from rich.segment import Segment
+from rich.style import Style
+from textual.geometry import Region, Size
+from textual.strip import Strip
+from textual.widget import Widget
 
 from gpuscope.collectors.base import DeviceInfo, ProcessSample, Sample
 from gpuscope.metrics import METRICS_BY_NAME
@@ -55,6 +61,12 @@ TOTAL_LABELS = {"mem_total_bytes": "mem total", "power_limit_w": "power limit", 
 
 LABEL_WIDTH = 8
 VALUE_WIDTH = 15
+#: A cell's text (label and value) is this wide; the sparkline takes the rest of the cell.
+TEXT_WIDTH = 27
+#: Columns between two cells on one line, and the card's left padding under its title.
+GUTTER = 2
+PAD = 1
+SPARK_BARS = "▁▂▃▄▅▆▇█"
 
 
 def fmt_metric(metric: str, value: float | int | None) -> str:
@@ -93,70 +105,61 @@ def _one_line(text: str) -> str:
     return " ".join(text.split())
 
 
-class MetricCell(Horizontal):
-    """A label, a value and the sparkline of the metric's history."""
-
-    DEFAULT_CSS = """
-    MetricCell { height: 1; width: 1fr; }
-    MetricCell > .cell-text { width: 27; height: 1; text-wrap: nowrap; text-overflow: ellipsis; }
-    MetricCell > Sparkline { width: 1fr; min-width: 4; height: 1; margin-left: 1; }
-    """
-
-    def __init__(self, cell: Cell, *, id: str | None = None) -> None:
-        super().__init__(id=id, classes=f"cell cell-{cell.key}")
-        self.cell = cell
-        self.text = ""
-        self._drawn_bucket: int | None = None
-        self._text_widget = Static("", classes="cell-text", markup=False)
-        self._spark = Sparkline([], classes="cell-spark")
-
-    def compose(self) -> ComposeResult:
-        yield self._text_widget
-        yield self._spark
-
-    def show(self, value_text: str, history: MetricHistory) -> None:
-        """Set the value text and the sparkline, each only when it changed."""
-        text = f"{self.cell.label:<{LABEL_WIDTH}}{value_text:<{VALUE_WIDTH}}".rstrip()
-        if text != self.text:
-            # the text cell has a fixed width, so a new value is repainted without a layout pass
-            # of the whole screen (a layout pass at every tick dominated the live view's cost)
-            self.text = text
-            self._text_widget.update(text, layout=False)
-        # The line is redrawn when a bucket closes (once a second), not at every tick: the
-        # value text above is the newest number; redrawing every sparkline at 10 Hz was most
-        # of the live view's cost (bench/README.md, bench_tui live)
-        if history.newest_bucket != self._drawn_bucket:
-            self._drawn_bucket = history.newest_bucket
-            self._spark.data = history.data
+def sparkline(data: Sequence[float], width: int) -> str:
+    """``data`` in ``width`` characters of :data:`SPARK_BARS`: split into ``width`` stretches,
+    each drawn at its maximum (a spike is never averaged away), scaled from the data's minimum
+    to its maximum; a flat line at the bottom when all are equal."""
+    if width <= 0 or not data:
+        return ""
+    n = len(data)
+    if n <= width:
+        points = list(data)
+    else:
+        points = [max(data[i * n // width:max((i + 1) * n // width, i * n // width + 1)]) for i in range(width)]
+    lo, hi = min(points), max(points)
+    span = hi - lo
+    top = len(SPARK_BARS) - 1
+    return "".join(SPARK_BARS[int(round((v - lo) / span * top)) if span > 0 else 0] for v in points)
 
 
-class DeviceCard(Vertical):
+#: A line of a card: (text, style name) parts; style names are the card's component classes.
+_Line = tuple[tuple[str, str], ...]
+
+
+class DeviceCard(Widget):
     """One GPU (or the host): title, metric cells, what is missing and why, processes."""
 
+    COMPONENT_CLASSES = {"device-card--title", "device-card--spark", "device-card--muted", "device-card--lost"}
     DEFAULT_CSS = """
-    DeviceCard { height: auto; margin-bottom: 0; }
-    DeviceCard > .card-title { height: 1; text-style: bold; text-wrap: nowrap; text-overflow: ellipsis; }
-    DeviceCard > .cells { height: auto; grid-size: 2; grid-rows: 1; grid-gutter: 0 2; padding-left: 1; }
-    DeviceCard > .card-missing { height: auto; padding-left: 1; color: $text-muted; }
-    DeviceCard > .card-procs { height: auto; padding-left: 1; text-wrap: nowrap; text-overflow: ellipsis; }
-    DeviceCard.lost > .card-title { text-style: bold reverse; }
-    DeviceCard.lost > .cells { color: $text-muted; }
+    DeviceCard { height: auto; }
+    DeviceCard > .device-card--title { text-style: bold; }
+    DeviceCard > .device-card--spark { color: $accent; }
+    DeviceCard > .device-card--muted { color: $text-muted; }
+    DeviceCard > .device-card--lost { text-style: bold reverse; }
     """
 
     def __init__(self, device: DeviceInfo, cells: Sequence[Cell], bucket_s: float, *,
-                 processes: bool = True) -> None:
+                 processes: bool = True, columns: int = 2) -> None:
         super().__init__(id=f"card-{dom_id(device.key)}", classes="device-card")
         self.device = device
         self.cells = tuple(cells)
         self.bucket_s = bucket_s
         self.with_processes = processes
+        self.columns = max(1, columns)
         self.history: dict[str, MetricHistory] = {c.metric: MetricHistory(bucket_s) for c in self.cells}
         self.lost = False
-        self.title_text = ""
-        self._texts: dict[str, str] = {}
+        self.title_text = self._title(None)
+        self._shown = self.shown_cells()
+        self._texts: dict[str, str] = {c.key: "" for c in self._shown}  # cell key -> its text
+        self._sparks: dict[str, tuple[int | None, int, str]] = {}  # cell key -> (bucket, width, line)
+        missing = self.missing()
+        self.missing_text = "; ".join(f"n/a {', '.join(names)}: {why}" for why, names in missing.items())
+        self.procs_text = ""
         self._last_ts = -1
         self._last_procs: tuple[ProcessSample, ...] | None = None
-        self._cells: list[MetricCell] = []
+        self._lines: list[_Line] = []
+        self._lines_width = -1
+        self._strips: dict[int, Strip] = {}
 
     # -- what the card shows ------------------------------------------------------------
     def shown_cells(self) -> list[Cell]:
@@ -175,19 +178,9 @@ class DeviceCard(Vertical):
                     out.setdefault(_one_line(why), []).append(str(label))
         return out
 
-    def compose(self) -> ComposeResult:
-        yield Static(self._title(None), classes="card-title", markup=False)
-        self._cells = [MetricCell(c, id=f"{self.id}-{c.key}") for c in self.shown_cells()]
-        with Grid(classes="cells"):
-            yield from self._cells
-        missing = self.missing()
-        text = "; ".join(f"n/a {', '.join(names)}: {why}" for why, names in missing.items())
-        yield Static(text, classes="card-missing", markup=False)
-        if self.with_processes:
-            yield Static("", classes="card-procs", markup=False)
-
-    def on_mount(self) -> None:
-        self.query_one(".card-missing", Static).display = bool(self.missing())
+    def cell_text(self, key: str) -> str:
+        """The text a cell shows (label and value), "" before the first refresh."""
+        return self._texts.get(key, "")
 
     def _title(self, lost_reason: str | None) -> str:
         d = self.device
@@ -204,6 +197,107 @@ class DeviceCard(Vertical):
             head = f"{d.key}  {d.name or '(unnamed)'}  LOST: {lost_reason}"
         return head
 
+    # -- drawing: lines of text, repainted only where they changed -----------------------------
+    def set_columns(self, columns: int) -> None:
+        """How many cells side by side (the screen picks it from its width)."""
+        columns = max(1, columns)
+        if columns != self.columns:
+            self.columns = columns
+            self._relayout()
+
+    def _relayout(self) -> None:
+        self._lines_width = -1
+        self._strips.clear()
+        self.refresh(layout=True)
+
+    def _cell_width(self, width: int) -> int:
+        return max(1, (width - PAD - GUTTER * (self.columns - 1)) // self.columns)
+
+    def _spark(self, cell: Cell, width: int) -> str:
+        h = self.history[cell.metric]
+        bucket = h.newest_bucket
+        drawn = self._sparks.get(cell.key)
+        if drawn is None or drawn[0] != bucket or drawn[1] != width:
+            drawn = (bucket, width, sparkline(h.data, width))
+            self._sparks[cell.key] = drawn
+        return drawn[2]
+
+    def _build_lines(self, width: int) -> list[_Line]:
+        """The card's lines at ``width`` columns, as (text, style) parts."""
+        lines: list[_Line] = [((self.title_text, "lost" if self.lost else "title"),)]
+        cw = self._cell_width(width)
+        text_w = min(TEXT_WIDTH, cw)
+        spark_w = cw - text_w - 1 if cw - text_w - 1 >= 4 else 0
+        value_style = "muted" if self.lost else ""
+        for i in range(0, len(self._shown), self.columns):
+            parts: list[tuple[str, str]] = [(" " * PAD, "")]
+            for j, c in enumerate(self._shown[i:i + self.columns]):
+                if j:
+                    parts.append((" " * GUTTER, ""))
+                text = self._texts.get(c.key, "")
+                text = text if len(text) <= text_w else text[:text_w - 1] + "…"
+                parts.append((f"{text:<{text_w}}", value_style))
+                if spark_w:
+                    parts.append((" ", ""))
+                    parts.append((f"{self._spark(c, spark_w):<{spark_w}}", "spark"))
+            lines.append(tuple(parts))
+        if self.missing_text:
+            for row in textwrap.wrap(self.missing_text, max(10, width - PAD)) or [""]:
+                lines.append(((" " * PAD + row, "muted"),))
+        if self.with_processes:
+            lines.append(((" " * PAD + self.procs_text, ""),))
+        return lines
+
+    def _update_lines(self) -> None:
+        """Work out the lines again; repaint the ones that changed (all when the count did)."""
+        width = self.size.width
+        if not self.is_mounted or width <= 0:
+            return
+        new = self._build_lines(width)
+        old = self._lines
+        self._lines, self._lines_width = new, width
+        if len(new) != len(old):
+            self._strips.clear()
+            self.refresh(layout=True)
+            return
+        for y, (a, b) in enumerate(zip(old, new)):
+            if a != b:
+                self._strips.pop(y, None)
+                self.refresh(Region(0, y, width, 1))
+
+    def get_content_height(self, container: Size, viewport: Size, width: int) -> int:
+        return len(self._build_lines(width))
+
+    def on_resize(self) -> None:
+        self._relayout()
+
+    def render_line(self, y: int) -> Strip:
+        width = self.size.width
+        if width != self._lines_width:
+            self._lines = self._build_lines(width)
+            self._lines_width = width
+            self._strips.clear()
+        strip = self._strips.get(y)
+        if strip is None:
+            base = self.rich_style
+            if y >= len(self._lines):
+                strip = Strip.blank(width, base)
+            else:
+                segs = [Segment(text, base + self._style(name)) for text, name in self._lines[y] if text]
+                strip = Strip(segs).crop_extend(0, width, base)
+            self._strips[y] = strip
+        return strip
+
+    def _style(self, name: str) -> Style:
+        if not name:
+            return Style()
+        return self.get_component_rich_style(f"device-card--{name}", partial=True)
+
+    def notify_style_update(self) -> None:
+        super().notify_style_update()
+        self._strips.clear()
+
+    # -- feeding and showing -----------------------------------------------------------------
     def feed(self, samples: Iterable[Sample]) -> Sample | None:
         """Add the samples not seen yet to the histories; returns the newest."""
         newest = None
@@ -232,12 +326,8 @@ class DeviceCard(Vertical):
         if lost != self.lost:
             self.lost = lost
             self.set_class(lost, "lost")
-        title = self._title(lost_reason if lost else None)
-        if title != self.title_text:
-            self.title_text = title
-            self.query_one(".card-title", Static).update(title)
-        for cell in self._cells:  # kept from compose: no DOM query at every tick
-            c = cell.cell
+        self.title_text = self._title(lost_reason if lost else None)
+        for c in self._shown:
             if lost:
                 text = "lost"
             elif latest is None:
@@ -251,9 +341,10 @@ class DeviceCard(Vertical):
                     text = fmt_against(c.metric, v, c.total, latest.values.get(c.total))
                 else:
                     text = fmt_metric(c.metric, v)
-            cell.show(text, self.history[c.metric])
+            self._texts[c.key] = f"{c.label:<{LABEL_WIDTH}}{text:<{VALUE_WIDTH}}".rstrip()
         if self.with_processes:
-            self._show_processes(lost, proc_names or {})
+            self.procs_text = self._processes_text(lost, proc_names or {})
+        self._update_lines()
 
     def pids(self) -> list[int]:
         """The pids of the processes last reported on this device."""
@@ -272,7 +363,7 @@ class DeviceCard(Vertical):
             return _one_line(str(note))
         return None
 
-    def _show_processes(self, lost: bool, names: dict[int, str]) -> None:
+    def _processes_text(self, lost: bool, names: dict[int, str]) -> str:
         why = self.processes_reason()
         if lost:
             text = "processes: - (device lost)"
@@ -294,6 +385,4 @@ class DeviceCard(Vertical):
                 parts.append(" ".join(bits))
             more = f" +{len(procs) - 4} more" if len(procs) > 4 else ""
             text = f"processes ({len(procs)}): " + " · ".join(parts) + more
-        if self._texts.get("procs") != text:
-            self._texts["procs"] = text
-            self.query_one(".card-procs", Static).update(text)
+        return text
