@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import json
 import math
+import os
 from pathlib import Path
 from typing import Any
 
@@ -397,6 +398,46 @@ async def _test_busy(db: Path, run_id: int, calls: list[int | None]) -> None:
                     break
         assert "store busy, retrying" in seen
         assert app.screen.doc["run"]["id"] == run_id and len(calls) >= 2 and set(calls) == {run_id}
+
+
+def test_a_recording_run_is_read_again_until_it_is_finished(tmp_path: Path, db: Path,
+                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    """A run another `gpuscope run` is still writing: the run screen reads it again while it is
+    recording, and shows its final status when it is finished."""
+    from gpuscope import store
+    from gpuscope.store import runs as store_runs
+    from gpuscope.tui.screens import run as run_screen
+
+    run_id = _synthetic_run(tmp_path, db)
+    con = store.connect(db)
+    # owned by this (live) process, as `gpuscope run` owns its run: no recovery marks it incomplete
+    con.execute("UPDATE runs SET status = 'recording', info = ? WHERE id = ?",
+                [json.dumps({"owner": {"pid": os.getpid()}}), run_id])
+    con.close()
+    monkeypatch.setattr(run_screen, "RECORDING_REFRESH_S", 0.3)
+
+    async def go() -> None:
+        app = _app(db)
+        async with app.run_test(size=(160, 48)) as pilot:
+            screen = await _open(app, pilot, run_id)
+            assert screen.doc["run"]["status"] == "recording"
+            assert "still recording" in screen.message
+            ops = screen.query_one("#run-ops")
+            ops.move_cursor(row=1)
+            con = store.connect(db)
+            with store.transaction(con):
+                store_runs.finish(con, run_id, "complete", BASE_NS + 10**9, exit_code=0)
+            con.close()
+            for _ in range(100):
+                await pilot.pause(0.05)
+                if screen.doc["run"]["status"] == "complete":
+                    break
+            assert screen.doc["run"]["status"] == "complete"
+            assert "complete" in str(screen.query_one("#run-title").render())
+            assert "still recording" not in screen.message
+            assert ops.cursor_coordinate.row == 1  # the user's place kept across the reads
+
+    asyncio.run(go())
 
 
 def test_no_color_keeps_the_classes_apart(tmp_path: Path, db: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -23,6 +23,9 @@ from ..widgets.roofline import RooflinePlot, dominant_roof, points_from_analysis
 from ..widgets.timeline import Timeline, build
 
 NAME_W = 28
+#: How often the screen reads its run again while the run is still recording (a `gpuscope run`
+#: elsewhere is writing it): the analysis of a large run takes a good part of a second.
+RECORDING_REFRESH_S = 5.0
 BOUND_ORDER = {"compute_bound": 0, "memory_bound": 1, "latency_bound": 2, "unknown": 3}
 
 #: The orders ``s`` cycles through: (label, sort key of an op or kernel entry; ascending).
@@ -149,7 +152,7 @@ class RunScreen(Screen[None]):
         self._status("loading run…" if run_id is None else f"loading run {run_id}…")
         self.run_worker(partial(self._read, run_id, self._seq), thread=True, exclusive=True, group="run-read")
 
-    def _read(self, run_id: int | None, seq: int) -> None:
+    def _read(self, run_id: int | None, seq: int, again: bool = False) -> None:
         from gpuscope.errors import GpuscopeError
 
         try:
@@ -164,7 +167,7 @@ class RunScreen(Screen[None]):
         except GpuscopeError as exc:
             self.app.call_from_thread(self._status, str(exc))
             return
-        self.app.call_from_thread(self._show, detail, seq)
+        self.app.call_from_thread(self._show, detail, seq, again)
 
     def _busy(self, run_id: int | None, seq: int) -> None:
         if seq != self._seq:
@@ -184,7 +187,7 @@ class RunScreen(Screen[None]):
     def _set_visible(self, shown: bool) -> None:
         self.query_one("#run-body").display = shown
 
-    def _show(self, detail: dict[str, Any], seq: int | None = None) -> None:
+    def _show(self, detail: dict[str, Any], seq: int | None = None, again: bool = False) -> None:
         if seq is not None and seq != self._seq:
             return  # a newer run was asked for meanwhile
         self.detail = detail
@@ -211,9 +214,23 @@ class RunScreen(Screen[None]):
         self._show_timeline(detail)
         self._show_advice(doc)
         self._set_visible(True)
+        recording = run.get("status") == "recording"
         self._status(f"run {run['id']}: {len(doc['ops'])} ops, {len(doc['kernels'])} kernels shown; "
-                     f"sorted by {SORTS[self.sort][0]} (s)")
-        self.query_one("#run-ops", DataTable).focus()
+                     f"sorted by {SORTS[self.sort][0]} (s)"
+                     + (f"; still recording, read again every {RECORDING_REFRESH_S:g} s" if recording else ""))
+        if not again:  # a read again leaves the focus and the cursors where the user put them
+            self.query_one("#run-ops", DataTable).focus()
+        if recording:
+            self.set_timer(RECORDING_REFRESH_S, partial(self._read_again, run["id"], self._seq))
+
+    def _read_again(self, run_id: int, seq: int) -> None:
+        """Read a recording run again, unless another run was asked for since."""
+        if seq != self._seq:
+            return
+        if not self.is_current:  # not on screen: try again later, nothing read meanwhile
+            self.set_timer(RECORDING_REFRESH_S, partial(self._read_again, run_id, seq))
+            return
+        self.run_worker(partial(self._read, run_id, seq, True), thread=True, exclusive=True, group="run-read")
 
     def busy_us(self) -> float:
         """The whole the tables' shares are of: GPU busy time, or the ops' CPU time on a CPU-only run."""
