@@ -15,7 +15,9 @@ class Metric:
 
     ``sql_type`` is the DuckDB column type; ``otel_name`` the OpenTelemetry instrument name
     (semantic-convention name where one exists, else a ``gpuscope.*`` extension) and
-    ``otel_unit`` its UCUM unit; ``kind`` is ``gauge`` or ``counter`` (monotonic).
+    ``otel_unit`` the UCUM unit of the stored value; ``kind`` is ``gauge`` or ``counter``
+    (monotonic). How ``gpuscope monitor`` exports each (attributes, rates integrated into byte
+    counters) is :mod:`gpuscope.otel.names`.
     """
 
     name: str
@@ -31,14 +33,14 @@ class Metric:
 
 METRICS: tuple[Metric, ...] = (
     Metric("gpu_util", "DOUBLE", "Fraction of the last sample period in which a kernel ran (NVML utilization.gpu, AMD gfx_activity)", "hw.gpu.utilization", "1"),
-    Metric("mem_util", "DOUBLE", "Fraction of the last sample period in which device memory was read or written (NVML utilization.memory, AMD umc_activity)", "hw.gpu.memory.utilization", "1"),
+    Metric("mem_util", "DOUBLE", "Fraction of the last sample period in which device memory was read or written (NVML utilization.memory, AMD umc_activity)", "gpuscope.gpu.memory.busy", "1"),
     Metric("mem_used_bytes", "BIGINT", "Device memory in use", "hw.gpu.memory.usage", "By"),
     Metric("mem_total_bytes", "BIGINT", "Device memory size", "hw.gpu.memory.limit", "By"),
     Metric("power_w", "DOUBLE", "Power draw as the vendor reports it (NVML: 1 s average on Ampere+ except GA100; AMD: socket power)", "hw.power", "W"),
     Metric("power_instant_w", "DOUBLE", "Instantaneous power draw where the vendor distinguishes it", "gpuscope.gpu.power.instant", "W"),
     Metric("energy_j", "DOUBLE", "Energy counter (monotonic, since driver load)", "hw.energy", "J", "counter"),
     Metric("temp_c", "DOUBLE", "GPU (edge/hotspot) temperature", "hw.temperature", "Cel"),
-    Metric("mem_temp_c", "DOUBLE", "Memory (HBM) temperature", "gpuscope.gpu.memory.temperature", "Cel"),
+    Metric("mem_temp_c", "DOUBLE", "Memory (HBM) temperature", "hw.temperature", "Cel"),
     Metric("sm_clock_mhz", "DOUBLE", "SM / gfx clock", "gpuscope.gpu.clock.sm", "MHz"),
     Metric("mem_clock_mhz", "DOUBLE", "Memory clock", "gpuscope.gpu.clock.memory", "MHz"),
     Metric("pcie_tx_bytes_per_s", "DOUBLE", "PCIe transmit throughput", "hw.gpu.io", "By/s"),

@@ -1,0 +1,238 @@
+"""`gpuscope monitor`: sample every GPU and the host and export them as OpenTelemetry metrics
+(OTLP, a Prometheus endpoint) until stopped."""
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import sys
+import threading
+from typing import Any
+from urllib.parse import urlsplit
+
+from ..errors import InputError
+
+HELP = "export GPU and host telemetry over OpenTelemetry (OTLP) and Prometheus until stopped"
+DESCRIPTION = (
+    "Sample every GPU (NVML, AMD SMI) and the host every --interval seconds and export the values "
+    "as OpenTelemetry metrics under the semantic conventions for hardware (hw.gpu.utilization, "
+    "hw.power, hw.energy, ...; gpuscope.gpu.* for what they lack): over OTLP (--otlp; endpoint, "
+    "headers, resource attributes and export interval also from the OTEL_EXPORTER_OTLP_*, "
+    "OTEL_RESOURCE_ATTRIBUTES, OTEL_SERVICE_NAME and OTEL_METRIC_EXPORT_INTERVAL variables) and "
+    "on a Prometheus /metrics endpoint (--prometheus PORT binds 127.0.0.1; name an interface to "
+    "bind another, e.g. 0.0.0.0:9464). Runs until SIGTERM or Ctrl-C (or --seconds), then exports "
+    "what it holds and exits 0. docs/otel.md lists every name."
+)
+NEEDS_DB = False
+REPORTS = False
+
+PROTOCOLS = ("grpc", "http/protobuf")
+DEFAULT_EXPORT_INTERVAL_S = 10.0
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Add this command's arguments to its sub-parser."""
+    parser.add_argument("--interval", type=float, default=1.0, metavar="S",
+                        help="seconds between samples (default 1; 0.01 to 3600)")
+    parser.add_argument("--otlp", nargs="?", const="", default=None, metavar="URL",
+                        help="export over OTLP, to URL (default: OTEL_EXPORTER_OTLP_METRICS_ENDPOINT / "
+                             "OTEL_EXPORTER_OTLP_ENDPOINT, else localhost: 4318 for http/protobuf, 4317 for grpc)")
+    parser.add_argument("--otlp-protocol", choices=None, default=None, metavar="PROTOCOL",
+                        help="grpc or http/protobuf (default: OTEL_EXPORTER_OTLP_METRICS_PROTOCOL / "
+                             "OTEL_EXPORTER_OTLP_PROTOCOL, else http/protobuf)")
+    parser.add_argument("--prometheus", default=None, metavar="[HOST:]PORT",
+                        help="serve /metrics on PORT (127.0.0.1 unless HOST is given)")
+    parser.add_argument("--replay", default=None, metavar="FILE",
+                        help="play a recording (gpuscope record) as the GPUs instead of this machine's")
+    parser.add_argument("--seconds", type=float, default=None, metavar="N", help="stop after N seconds")
+
+
+def parse_listen(text: str) -> tuple[str, int]:
+    """``PORT``, ``HOST:PORT`` or ``[V6]:PORT`` -> (host, port); loopback unless named."""
+    host, sep, port = text.rpartition(":")
+    if not sep:
+        host, port = "127.0.0.1", text
+    host = host.strip("[]") if host else "127.0.0.1"
+    if not port.isdigit() or not 0 < int(port) < 65536:
+        raise InputError("--prometheus", f"expected [HOST:]PORT with a port from 1 to 65535, not {text!r}")
+    return host, int(port)
+
+
+def check_endpoint(url: str) -> str:
+    """An OTLP endpoint as given, checked: an http(s) URL with a host."""
+    try:
+        parts = urlsplit(url)
+        parts.port  # noqa: B018  (raises on a malformed port)
+    except ValueError as exc:
+        raise InputError("--otlp", f"malformed endpoint URL ({exc})") from None
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise InputError("--otlp", "expected an http:// or https:// URL with a host, e.g. http://localhost:4318")
+    return url
+
+
+def shown_endpoint(url: str) -> str:
+    """The endpoint without credentials or query (what the start-up line may print)."""
+    p = urlsplit(url)
+    netloc = p.hostname or ""
+    if ":" in netloc:
+        netloc = f"[{netloc}]"
+    if p.port:
+        netloc += f":{p.port}"
+    return f"{p.scheme}://{netloc}{p.path}"
+
+
+def _protocol(args: argparse.Namespace) -> str:
+    proto = args.otlp_protocol or os.environ.get("OTEL_EXPORTER_OTLP_METRICS_PROTOCOL") \
+        or os.environ.get("OTEL_EXPORTER_OTLP_PROTOCOL") or "http/protobuf"
+    if proto not in PROTOCOLS:
+        where = "--otlp-protocol" if args.otlp_protocol else "OTEL_EXPORTER_OTLP_PROTOCOL"
+        raise InputError(where, f"unknown OTLP protocol {proto!r} (grpc or http/protobuf)")
+    return proto
+
+
+def _export_interval_s() -> float:
+    raw = os.environ.get("OTEL_METRIC_EXPORT_INTERVAL")
+    if raw is None or raw == "":
+        return DEFAULT_EXPORT_INTERVAL_S
+    try:
+        ms = float(raw)
+    except ValueError:
+        raise InputError("OTEL_METRIC_EXPORT_INTERVAL", f"expected milliseconds, not {raw!r}") from None
+    if not ms > 0:
+        raise InputError("OTEL_METRIC_EXPORT_INTERVAL", f"must be a positive number of milliseconds, not {raw!r}")
+    return ms / 1000.0
+
+
+def _check_installed(protocol: str | None, prometheus: bool) -> None:
+    import importlib.util
+
+    need = [("opentelemetry.sdk.metrics", "opentelemetry-sdk")]
+    if protocol == "grpc":
+        need.append(("opentelemetry.exporter.otlp.proto.grpc", "opentelemetry-exporter-otlp-proto-grpc (pip install 'gpuscope[grpc]')"))
+    elif protocol is not None:
+        need.append(("opentelemetry.exporter.otlp.proto.http", "opentelemetry-exporter-otlp-proto-http"))
+    if prometheus:
+        need.append(("opentelemetry.exporter.prometheus", "opentelemetry-exporter-prometheus"))
+    for module, package in need:
+        try:
+            found = importlib.util.find_spec(module) is not None
+        except ImportError:  # a parent package missing
+            found = False
+        if not found:
+            raise InputError("monitor", f"{module} is not installed: pip install {package}")
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run the command; returns the exit code."""
+    # -- everything that can be wrong is found before anything starts -----------------------
+    if not 0.01 <= args.interval <= 3600:
+        raise InputError("--interval", f"must be between 0.01 and 3600 seconds, not {args.interval}")
+    if args.seconds is not None and not args.seconds > 0:
+        raise InputError("--seconds", f"must be a positive number of seconds, not {args.seconds}")
+    if args.otlp is None and args.prometheus is None:
+        raise InputError("monitor", "nothing to export to: give --otlp [URL] and/or --prometheus [HOST:]PORT")
+    listen = parse_listen(args.prometheus) if args.prometheus is not None else None
+    protocol = endpoint = None
+    export_s = DEFAULT_EXPORT_INTERVAL_S
+    if args.otlp is not None:
+        protocol = _protocol(args)
+        endpoint = check_endpoint(args.otlp) if args.otlp else None
+        export_s = _export_interval_s()
+    elif args.otlp_protocol is not None:
+        raise InputError("--otlp-protocol", "given without --otlp")
+    replay = None
+    if args.replay is not None:
+        from ..collectors.replay import gpus_only
+
+        replay = gpus_only(args.replay)  # InputError (exit 2) for a file that is not a recording
+    _check_installed(protocol, listen is not None)
+
+    endpoint_server = None
+    if listen is not None:
+        from prometheus_client import CollectorRegistry
+
+        from ..otel.export import MetricsEndpoint
+
+        registry = CollectorRegistry(auto_describe=True)
+        try:
+            endpoint_server = MetricsEndpoint(listen[0], listen[1], registry)
+        except OSError as exc:
+            raise InputError("--prometheus", f"cannot listen on {listen[0]}:{listen[1]} ({exc.strerror or exc})") from None
+    try:
+        return _monitor(args, replay, protocol, endpoint, export_s, endpoint_server)
+    finally:
+        if endpoint_server is not None:
+            endpoint_server.stop()
+
+
+def _monitor(args: argparse.Namespace, replay: Any, protocol: str | None, endpoint: str | None, export_s: float,
+             endpoint_server: Any) -> int:
+    from ..collectors import HostCollector, ReplayCollector, default_collectors
+    from ..machine import hostname
+    from ..otel.export import QueueingExporter, otlp_exporter
+    from ..otel.sink import TelemetryState, meter_provider
+    from ..sampling import Sampler
+
+    readers: list[Any] = []
+    queue = None
+    if endpoint_server is not None:
+        from opentelemetry.exporter.prometheus import PrometheusMetricReader
+
+        # a registry of the endpoint's own: no process or platform collectors, nothing else
+        readers.append(PrometheusMetricReader(registry=endpoint_server.registry))
+    if protocol is not None:
+        from opentelemetry.sdk.metrics.export import PeriodicExportingMetricReader
+
+        inner = otlp_exporter(endpoint, protocol, timeout_s=min(5.0, export_s))
+        shown = shown_endpoint(endpoint) if endpoint else f"the OTEL_EXPORTER_OTLP_* endpoint ({protocol})"
+        queue = QueueingExporter(inner, shown)
+        readers.append(PeriodicExportingMetricReader(queue.exporter, export_interval_millis=export_s * 1000))
+
+    state = TelemetryState()
+    own: list[tuple[str, str, str, str, Any]] = []
+    if queue is not None:
+        own += [("gpuscope.monitor.export.dropped", "counter", "{export}",
+                 "OTLP exports dropped because the endpoint was down and the queue was full",
+                 lambda: [(float(queue.dropped), ())]),
+                ("gpuscope.monitor.export.failures", "counter", "{export}", "OTLP exports that failed",
+                 lambda: [(float(queue.failures), ())])]
+    resource = {"host.name": hostname()}
+    if not os.environ.get("OTEL_SERVICE_NAME"):
+        resource["service.name"] = "gpuscope-monitor"
+    provider = meter_provider(state, readers, resource, own)
+
+    if replay is not None:
+        collectors = [ReplayCollector(replay, loop=True), HostCollector()]
+    else:
+        collectors = default_collectors(None)
+    sampler = Sampler(collectors, [state], interval_s=args.interval, batch_s=min(1.0, args.interval))
+    stop = threading.Event()
+    previous = {s: signal.signal(s, lambda *_: stop.set()) for s in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        sampler.start()
+        gpus = [d for d in sampler.devices if d.kind != "host"]
+        where = []
+        if endpoint_server is not None:
+            where.append(f"Prometheus on http://{_host_for_url(endpoint_server.host)}:{endpoint_server.port}/metrics")
+        if queue is not None:
+            where.append(f"OTLP {protocol} to {queue.what} every {export_s:g} s")
+        what = ", ".join(f"{d.key} ({d.name or d.vendor})" for d in gpus) or "no GPU"
+        print(f"gpuscope monitor: {what} and the host every {args.interval:g} s; " + "; ".join(where),
+              file=sys.stderr, flush=True)
+        if not gpus:
+            for v in sampler.unavailable:
+                print(f"gpuscope monitor: {v.vendor}: {v.reason}", file=sys.stderr, flush=True)
+        if endpoint_server is not None:
+            endpoint_server.start()
+        stop.wait(args.seconds)
+    finally:
+        for s, h in previous.items():
+            signal.signal(s, h)
+        sampler.stop()
+        provider.force_flush(timeout_millis=10_000)  # what it holds goes out before the exit
+        provider.shutdown()
+    return 0
+
+
+def _host_for_url(host: str) -> str:
+    return f"[{host}]" if ":" in host else host

@@ -1,0 +1,145 @@
+"""Where ``gpuscope monitor``'s metrics go: OTLP (HTTP or gRPC, the SDK's exporters) behind a
+bounded queue, and a Prometheus ``/metrics`` endpoint (the SDK's Prometheus reader).
+
+An OTLP endpoint that is down must not stop the monitor or flood its log: a failed export is
+queued (at most :data:`QUEUE_EXPORTS` exports; past that the oldest is dropped and counted in
+``gpuscope.monitor.export.dropped``), retried before the next one, and the failure is logged
+at most once per :data:`LOG_EVERY_S`.
+"""
+from __future__ import annotations
+
+import sys
+import threading
+import time
+from collections import deque
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+#: Failed exports kept for a retry (each is one export interval of every point).
+QUEUE_EXPORTS = 60
+#: At most one log line about a failing endpoint per this many seconds.
+LOG_EVERY_S = 60.0
+
+
+def otlp_exporter(endpoint: str | None, protocol: str, timeout_s: float) -> Any:
+    """The SDK's OTLP metric exporter for ``protocol`` (``grpc`` or ``http/protobuf``);
+    ``endpoint`` None leaves it to the ``OTEL_EXPORTER_OTLP_*`` variables and their defaults.
+    Cumulative temporality for every instrument (what Prometheus-style backends expect)."""
+    from opentelemetry.sdk.metrics import Counter, ObservableCounter, ObservableGauge, ObservableUpDownCounter, UpDownCounter
+    from opentelemetry.sdk.metrics.export import AggregationTemporality
+
+    temporality = {k: AggregationTemporality.CUMULATIVE
+                   for k in (Counter, UpDownCounter, ObservableCounter, ObservableUpDownCounter, ObservableGauge)}
+    kw: dict[str, Any] = {"preferred_temporality": temporality, "timeout": timeout_s}
+    if protocol == "grpc":
+        from opentelemetry.exporter.otlp.proto.grpc.metric_exporter import OTLPMetricExporter as Grpc
+
+        if endpoint:
+            kw["endpoint"] = endpoint
+            kw["insecure"] = endpoint.startswith("http://")
+        return Grpc(**kw)
+    from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter as Http
+
+    if endpoint:
+        kw["endpoint"] = endpoint if endpoint.rstrip("/").endswith("/v1/metrics") else endpoint.rstrip("/") + "/v1/metrics"
+    return Http(**kw)
+
+
+class QueueingExporter:
+    """Wraps a MetricExporter: failed exports wait in a bounded queue and go out, oldest
+    first, before the next one; drops and failures are counted."""
+
+    def __init__(self, inner: Any, what: str, max_queue: int = QUEUE_EXPORTS, log: Any = None) -> None:
+        from opentelemetry.sdk.metrics.export import MetricExporter
+
+        # subclassing at run time keeps `import gpuscope.otel.export` free of the SDK
+        class _Exporter(MetricExporter):
+            def __init__(inner_self) -> None:  # noqa: N805
+                super().__init__(preferred_temporality=inner._preferred_temporality,
+                                 preferred_aggregation=inner._preferred_aggregation)
+
+            def export(inner_self, metrics_data: Any, timeout_millis: float = 10_000, **kw: Any) -> Any:  # noqa: N805
+                return self._export(metrics_data)
+
+            def force_flush(inner_self, timeout_millis: float = 10_000) -> bool:  # noqa: N805
+                return True
+
+            def shutdown(inner_self, timeout_millis: float = 30_000, **kw: Any) -> None:  # noqa: N805
+                inner.shutdown()
+
+        self.inner = inner
+        self.what = what
+        self.exporter = _Exporter()
+        self.queue: deque[Any] = deque()
+        self.max_queue = max_queue
+        self.dropped = 0
+        self.failures = 0
+        self.sent = 0
+        self._last_log = -1e18
+        self._lock = threading.Lock()
+        self._log = log or (lambda line: print(line, file=sys.stderr, flush=True))
+
+    def _export(self, metrics_data: Any) -> Any:
+        from opentelemetry.sdk.metrics.export import MetricExportResult
+
+        with self._lock:
+            self.queue.append(metrics_data)
+            while len(self.queue) > self.max_queue:
+                self.queue.popleft()
+                self.dropped += 1
+            while self.queue:
+                try:
+                    result = self.inner.export(self.queue[0])
+                except Exception as exc:  # an exporter must not take the monitor down
+                    result, why = MetricExportResult.FAILURE, f"{type(exc).__name__}: {exc}"
+                else:
+                    why = "the endpoint refused or did not answer"
+                if result != MetricExportResult.SUCCESS:
+                    self.failures += 1
+                    now = time.monotonic()
+                    if now - self._last_log >= LOG_EVERY_S:
+                        self._last_log = now
+                        self._log(f"gpuscope monitor: OTLP export to {self.what} failed ({why}); "
+                                  f"{len(self.queue)} export(s) queued, {self.dropped} dropped so far; "
+                                  f"next message about this in {LOG_EVERY_S:.0f} s at the earliest")
+                    return MetricExportResult.FAILURE
+                self.queue.popleft()
+                self.sent += 1
+            return MetricExportResult.SUCCESS
+
+
+class MetricsEndpoint:
+    """An HTTP server that answers ``GET /metrics`` (Prometheus text format from ``registry``)
+    and 404 for every other path. Bound at construction, so a port in use fails before the
+    monitor starts."""
+
+    def __init__(self, host: str, port: int, registry: Any) -> None:
+        from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:  # noqa: N802
+                if self.path.split("?", 1)[0] != "/metrics":
+                    self.send_error(404, "only /metrics is served here")
+                    return
+                body = generate_latest(registry)
+                self.send_response(200)
+                self.send_header("Content-Type", CONTENT_TYPE_LATEST)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
+                pass  # scrapes are not news
+
+        self.registry = registry
+        self.server = ThreadingHTTPServer((host, port), Handler)
+        self.server.daemon_threads = True
+        self.host, self.port = self.server.server_address[:2]
+        self._thread = threading.Thread(target=self.server.serve_forever, name="gpuscope-metrics", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()

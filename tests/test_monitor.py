@@ -1,0 +1,404 @@
+"""`gpuscope monitor`: the Prometheus endpoint and OTLP (HTTP and gRPC) carry the replayed
+recording's values under the semantic-convention names; bad flags exit 2 before anything starts;
+an OTLP endpoint that is down neither stops the monitor nor floods its log; SIGTERM flushes and
+exits 0. Receivers here are real servers decoding the real protobuf messages."""
+from __future__ import annotations
+
+import gzip
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import urllib.error
+import urllib.request
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from conftest import FIXTURES, run_cli
+
+pytest.importorskip("opentelemetry.sdk.metrics")
+pytest.importorskip("opentelemetry.exporter.prometheus")
+
+RECORDING = FIXTURES / "recordings" / "synthetic_h100_a100.jsonl"
+REPO = Path(__file__).resolve().parents[1]
+H100_UUID = "GPU-00000000-0000-4000-8000-5e1a7c2b0001"
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _recorded(key: str, metric: str) -> set[float]:
+    from gpuscope.collectors.replay import load_recording
+
+    rec = load_recording(RECORDING)
+    return {float(r["values"][metric]) for tick in rec.ticks for r in tick
+            if r["device"] == key and metric in r["values"]}
+
+
+def _monitor(*args: str, env: dict[str, str] | None = None) -> subprocess.Popen[str]:
+    e = dict(os.environ)
+    e.update(env or {})
+    return subprocess.Popen([sys.executable, "-m", "gpuscope", "monitor", "--replay", str(RECORDING), *args],
+                            cwd=REPO, env=e, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def _scrape(port: int, path: str = "/metrics") -> str:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=5) as r:
+        return r.read().decode()
+
+
+def _series(text: str, name: str) -> list[tuple[dict[str, str], float]]:
+    """The samples of one metric in Prometheus text format: (labels, value)."""
+    out = []
+    for line in text.splitlines():
+        if not line.startswith(name + "{"):
+            continue
+        labels_text, _, value = line[len(name) + 1:].rpartition("} ")
+        labels = dict(part.split("=", 1) for part in labels_text.split('",') if "=" in part)
+        out.append(({k: v.strip('"') for k, v in labels.items()}, float(value)))
+    return out
+
+
+# -- bad input ---------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("args, names", [
+    ([], "nothing to export"),
+    (["--prometheus", "99999"], "--prometheus"),
+    (["--prometheus", "localhost:http"], "--prometheus"),
+    (["--otlp", "localhost:4318"], "--otlp"),
+    (["--otlp", "http://"], "--otlp"),
+    (["--otlp", "http://h:99999999"], "--otlp"),
+    (["--otlp", "--otlp-protocol", "thrift"], "--otlp-protocol"),
+    (["--prometheus", "9464", "--otlp-protocol", "grpc"], "--otlp-protocol"),
+    (["--prometheus", "9464", "--interval", "0"], "--interval"),
+    (["--prometheus", "9464", "--replay", "/nonexistent/recording.jsonl"], "recording.jsonl"),
+])
+def test_bad_flags_exit_2_with_one_line(args: list[str], names: str) -> None:
+    r = run_cli("monitor", *args)
+    assert r.code == 2, (r.code, r.err)
+    lines = r.err.strip().splitlines()
+    assert len(lines) == 1 and names in lines[0] and "Traceback" not in r.err, r.err
+
+
+def test_a_port_in_use_exits_2_before_anything_starts() -> None:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen(1)
+        port = s.getsockname()[1]
+        r = run_cli("monitor", "--replay", str(RECORDING), "--prometheus", str(port), "--seconds", "30")
+    assert r.code == 2 and f"127.0.0.1:{port}" in r.err and len(r.err.strip().splitlines()) == 1, r.err
+
+
+def test_an_unknown_protocol_from_the_environment_is_named(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_PROTOCOL", "http/json")
+    r = run_cli("monitor", "--otlp")
+    assert r.code == 2 and "OTEL_EXPORTER_OTLP_PROTOCOL" in r.err and "http/json" in r.err
+
+
+# -- Prometheus ----------------------------------------------------------------------------------
+
+@pytest.mark.slow
+def test_prometheus_endpoint_serves_the_replay_on_loopback_and_sigterm_exits_0() -> None:
+    port = _free_port()
+    p = _monitor("--prometheus", str(port), "--interval", "0.2")
+    try:
+        text = ""
+        for _ in range(100):
+            try:
+                text = _scrape(port)
+                if "hw_power_watts{" in text and "hw_gpu_io_bytes_total{" in text:
+                    break
+            except (urllib.error.URLError, ConnectionError):
+                pass
+            time.sleep(0.1)
+        power = {labels["hw_name"]: v for labels, v in _series(text, "hw_power_watts")}
+        assert power["gpu0"] in _recorded("gpu0", "power_w")
+        limit = {labels["hw_name"]: (labels, v) for labels, v in _series(text, "hw_gpu_memory_limit_bytes")}
+        labels, v = limit["gpu0"]
+        assert v in _recorded("gpu0", "mem_total_bytes")
+        assert labels["hw_id"] == H100_UUID and labels["hw_type"] == "gpu" and labels["hw_vendor"] == "NVIDIA"
+        assert labels["hw_model"] == "NVIDIA H100 80GB HBM3"
+        util = _series(text, "hw_gpu_utilization")
+        assert all(lab["hw_gpu_task"] == "general" for lab, _ in util)
+        assert {lab["hw_name"]: val for lab, val in util}["gpu0"] in _recorded("gpu0", "gpu_util")
+        temps = {lab["hw_sensor_location"] for lab, _ in _series(text, "hw_temperature_celsius")
+                 if lab["hw_name"] == "gpu0"}
+        assert temps == {"gpu", "memory"}
+        assert {lab["network_io_direction"] for lab, _ in _series(text, "hw_gpu_io_bytes_total")} == {"transmit", "receive"}
+        energy = {lab["hw_name"]: val for lab, val in _series(text, "hw_energy_joules_total")}
+        assert energy["gpu0"] in _recorded("gpu0", "energy_j")
+        # no command line, path or user in any label
+        assert "synthetic_h100_a100" not in text and str(REPO) not in text
+        with pytest.raises(urllib.error.HTTPError) as exc:
+            _scrape(port, "/")
+        assert exc.value.code == 404
+        # loopback only: another address of this machine is refused
+        other = _non_loopback_address()
+        if other is not None:
+            with pytest.raises(OSError):
+                socket.create_connection((other, port), timeout=2).close()
+    finally:
+        p.send_signal(signal.SIGTERM)
+        out, err = p.communicate(timeout=30)
+    assert p.returncode == 0, err
+    assert f"Prometheus on http://127.0.0.1:{port}/metrics" in err and "Traceback" not in err
+
+
+def _non_loopback_address() -> str | None:
+    try:
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+            s.connect(("192.0.2.1", 9))  # no packet is sent: this only picks the outgoing address
+            addr = s.getsockname()[0]
+    except OSError:
+        return None
+    return None if addr.startswith("127.") else addr
+
+
+# -- OTLP ----------------------------------------------------------------------------------------
+
+class _HttpReceiver:
+    """An OTLP/HTTP receiver: decodes every POST to /v1/metrics as ExportMetricsServiceRequest."""
+
+    def __init__(self) -> None:
+        from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import (
+            ExportMetricsServiceRequest, ExportMetricsServiceResponse)
+
+        self.requests: list[Any] = []
+        self.paths: list[str] = []
+        received = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:  # noqa: N802
+                body = self.rfile.read(int(self.headers["Content-Length"]))
+                if self.headers.get("Content-Encoding") == "gzip":
+                    body = gzip.decompress(body)
+                req = ExportMetricsServiceRequest()
+                req.ParseFromString(body)
+                received.paths.append(self.path)
+                received.requests.append(req)
+                data = ExportMetricsServiceResponse().SerializeToString()
+                self.send_response(200)
+                self.send_header("Content-Type", "application/x-protobuf")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def log_message(self, *a: Any) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.port = self.server.server_address[1]
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def _metrics(requests: list[Any]) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """name -> the newest Metric message; and the resources' attributes."""
+    out: dict[str, Any] = {}
+    resources = []
+    for req in requests:
+        for rm in req.resource_metrics:
+            resources.append({kv.key: kv.value.string_value for kv in rm.resource.attributes})
+            for sm in rm.scope_metrics:
+                for m in sm.metrics:
+                    out[m.name] = m
+    return out, resources
+
+
+def _points(metric: Any) -> list[tuple[dict[str, str], float]]:
+    data = getattr(metric, metric.WhichOneof("data"))
+    return [({kv.key: kv.value.string_value for kv in p.attributes}, p.as_double if p.HasField("as_double") else p.as_int)
+            for p in data.data_points]
+
+
+def _check_otlp(requests: list[Any]) -> None:
+    from opentelemetry.proto.metrics.v1.metrics_pb2 import AggregationTemporality
+
+    metrics, resources = _metrics(requests)
+    assert resources and all(r.get("host.name") and r.get("service.name") == "gpuscope-monitor" for r in resources)
+    units = {name: metrics[name].unit for name in ("hw.power", "hw.energy", "hw.gpu.memory.usage", "hw.gpu.utilization",
+                                                  "hw.temperature", "hw.gpu.io")}
+    assert units == {"hw.power": "W", "hw.energy": "J", "hw.gpu.memory.usage": "By", "hw.gpu.utilization": "1",
+                     "hw.temperature": "Cel", "hw.gpu.io": "By"}
+    assert metrics["hw.power"].WhichOneof("data") == "gauge"
+    energy = metrics["hw.energy"]
+    assert energy.WhichOneof("data") == "sum" and energy.sum.is_monotonic
+    assert energy.sum.aggregation_temporality == AggregationTemporality.AGGREGATION_TEMPORALITY_CUMULATIVE
+    usage = metrics["hw.gpu.memory.usage"]
+    assert usage.WhichOneof("data") == "sum" and not usage.sum.is_monotonic
+    power = {a["hw.name"]: (a, v) for a, v in _points(metrics["hw.power"])}
+    attrs, value = power["gpu0"]
+    assert value in _recorded("gpu0", "power_w")
+    assert attrs["hw.id"] == H100_UUID and attrs["hw.type"] == "gpu" and attrs["hw.model"] == "NVIDIA H100 80GB HBM3"
+    assert {a["hw.name"]: v for a, v in _points(energy)}["gpu0"] in _recorded("gpu0", "energy_j")
+
+
+@pytest.mark.slow
+def test_otlp_http_carries_the_replay_with_units_attributes_and_values() -> None:
+    rx = _HttpReceiver()
+    try:
+        p = _monitor("--otlp", f"http://127.0.0.1:{rx.port}", "--interval", "0.2", "--seconds", "2.5",
+                     env={"OTEL_METRIC_EXPORT_INTERVAL": "500"})
+        out, err = p.communicate(timeout=60)
+        assert p.returncode == 0, err
+        assert rx.requests and set(rx.paths) == {"/v1/metrics"}
+        _check_otlp(rx.requests)
+    finally:
+        rx.close()
+
+
+@pytest.mark.slow
+def test_otlp_grpc_carries_the_replay() -> None:
+    grpc = pytest.importorskip("grpc")
+    pytest.importorskip("opentelemetry.exporter.otlp.proto.grpc")
+    from concurrent import futures
+
+    from opentelemetry.proto.collector.metrics.v1 import metrics_service_pb2, metrics_service_pb2_grpc
+
+    requests: list[Any] = []
+
+    class Service(metrics_service_pb2_grpc.MetricsServiceServicer):
+        def Export(self, request: Any, context: Any) -> Any:  # noqa: N802
+            requests.append(request)
+            return metrics_service_pb2.ExportMetricsServiceResponse()
+
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=2))
+    metrics_service_pb2_grpc.add_MetricsServiceServicer_to_server(Service(), server)
+    port = server.add_insecure_port("127.0.0.1:0")
+    server.start()
+    try:
+        p = _monitor("--otlp", f"http://127.0.0.1:{port}", "--otlp-protocol", "grpc", "--interval", "0.2",
+                     "--seconds", "2.5", env={"OTEL_METRIC_EXPORT_INTERVAL": "500"})
+        out, err = p.communicate(timeout=60)
+        assert p.returncode == 0, err
+        assert requests
+        _check_otlp(requests)
+    finally:
+        server.stop(0)
+
+
+@pytest.mark.slow
+def test_otlp_endpoint_down_keeps_sampling_and_serving_and_logs_once() -> None:
+    dead = _free_port()  # nothing listens there
+    port = _free_port()
+    p = _monitor("--otlp", f"http://127.0.0.1:{dead}", "--prometheus", str(port), "--interval", "0.2",
+                 env={"OTEL_METRIC_EXPORT_INTERVAL": "300"})
+    try:
+        text = ""
+        for _ in range(80):
+            time.sleep(0.1)
+            try:
+                text = _scrape(port)
+            except (urllib.error.URLError, ConnectionError):
+                continue
+            failures = _series(text, "gpuscope_monitor_export_failures_total")
+            if failures and failures[0][1] >= 3:
+                break
+        assert _series(text, "gpuscope_monitor_export_failures_total")[0][1] >= 3, text[-2000:]
+        assert _series(text, "hw_power_watts")  # still sampling and serving
+    finally:
+        p.send_signal(signal.SIGTERM)
+        out, err = p.communicate(timeout=60)
+    assert p.returncode == 0, err
+    assert err.count("OTLP export to") == 1, err  # once per minute, not once per export
+
+
+def test_the_queue_keeps_failed_exports_drops_the_oldest_and_counts() -> None:
+    from opentelemetry.sdk.metrics.export import MetricExporter, MetricExportResult
+
+    from gpuscope.otel.export import QueueingExporter
+
+    class Endpoint(MetricExporter):
+        """Answers from a table: down for the first ``down`` exports, then up."""
+
+        def __init__(self, down: int) -> None:
+            super().__init__()
+            self.down = down
+            self.received: list[Any] = []
+
+        def export(self, metrics_data: Any, timeout_millis: float = 10_000, **kw: Any) -> MetricExportResult:
+            if self.down > 0:
+                self.down -= 1
+                return MetricExportResult.FAILURE
+            self.received.append(metrics_data)
+            return MetricExportResult.SUCCESS
+
+        def force_flush(self, timeout_millis: float = 10_000) -> bool:
+            return True
+
+        def shutdown(self, timeout_millis: float = 30_000, **kw: Any) -> None:
+            pass
+
+    logged: list[str] = []
+    ep = Endpoint(down=5)
+    q = QueueingExporter(ep, "test", max_queue=3, log=logged.append)
+    results = [q.exporter.export(f"batch{i}") for i in range(6)]
+    assert results[:5] == [MetricExportResult.FAILURE] * 5 and results[5] == MetricExportResult.SUCCESS
+    # room for three: each export past the third pushes the oldest out (batch0, 1, 2), the
+    # endpoint comes back at the sixth and the three queued go out, oldest first
+    assert q.dropped == 3 and ep.received == ["batch3", "batch4", "batch5"], (q.dropped, ep.received)
+    assert q.failures == 5 and q.sent == 3 and not q.queue
+    assert len(logged) == 1 and "OTLP export to test failed" in logged[0]  # once a minute at most
+
+
+# -- names ---------------------------------------------------------------------------------------
+
+#: The GPU metrics the semantic conventions define (model/hardware/gpu.yaml), and the common
+#: hardware metrics a GPU uses with hw.type=gpu.
+SEMCONV_HW = {"hw.gpu.utilization", "hw.gpu.memory.usage", "hw.gpu.memory.limit", "hw.gpu.memory.utilization",
+              "hw.gpu.io", "hw.errors", "hw.status", "hw.power", "hw.energy", "hw.temperature"}
+
+
+def test_every_stored_metric_is_exported_or_says_why_and_no_hw_name_is_invented() -> None:
+    from gpuscope.metrics import METRICS
+    from gpuscope.otel.names import DIRECT, INSTRUMENTS_BY_NAME, NOT_EXPORTED, RATES, instrument_of
+
+    for m in METRICS:
+        assert (m.name in DIRECT) + (m.name in RATES) + (m.name in NOT_EXPORTED) == 1, m.name
+        if m.name in NOT_EXPORTED:
+            continue
+        inst = INSTRUMENTS_BY_NAME[instrument_of(m.name)]
+        # a rate (By/s) becomes a byte counter; everything else keeps its unit
+        assert inst.unit == ("By" if m.otel_unit == "By/s" else m.otel_unit), m.name
+        assert inst.kind == "counter" if m.name in RATES or m.kind == "counter" else inst.kind in ("gauge", "updown")
+    for name in INSTRUMENTS_BY_NAME:
+        assert name in SEMCONV_HW or name.startswith(("gpuscope.", "system.")), name
+        assert not (name.startswith("hw.") and name not in SEMCONV_HW), name
+
+
+def test_docs_name_every_instrument_and_its_prometheus_name() -> None:
+    from gpuscope.otel.names import INSTRUMENTS
+
+    text = (REPO / "docs" / "otel.md").read_text()
+    for inst in INSTRUMENTS:
+        assert f"`{inst.name}`" in text, inst.name
+
+
+def test_memory_utilization_is_the_fraction_used_not_the_controller_busy_time() -> None:
+    from gpuscope.otel.names import device_attributes, points
+    from gpuscope.collectors.base import DeviceInfo
+
+    d = DeviceInfo(key="gpu0", vendor="amd", name="AMD Instinct MI300X", uuid=None, pci_bus_id="0000:0c:00.0")
+    attrs = device_attributes(d)
+    assert dict(attrs) == {"hw.id": "0000:0c:00.0", "hw.type": "gpu", "hw.name": "gpu0", "hw.vendor": "AMD",
+                           "hw.model": "AMD Instinct MI300X"}
+    pts = {(n, a): v for n, v, a in points(attrs, {"mem_util": 0.9, "mem_used_bytes": 48, "mem_total_bytes": 192},
+                                           lost=False, host=False)}
+    assert pts[("hw.gpu.memory.utilization", attrs)] == 0.25
+    assert pts[("gpuscope.gpu.memory.busy", attrs)] == 0.9
+    assert pts[("hw.status", tuple(sorted(attrs + (("hw.state", "ok"),))))] == 1.0
+    lost = {(n, a): v for n, v, a in points(attrs, {}, lost=True, host=False)}
+    assert lost == {("hw.status", tuple(sorted(attrs + (("hw.state", "ok"),)))): 0.0,
+                    ("hw.status", tuple(sorted(attrs + (("hw.state", "failed"),)))): 1.0}
