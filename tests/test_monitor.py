@@ -402,3 +402,54 @@ def test_memory_utilization_is_the_fraction_used_not_the_controller_busy_time() 
     lost = {(n, a): v for n, v, a in points(attrs, {}, lost=True, host=False)}
     assert lost == {("hw.status", tuple(sorted(attrs + (("hw.state", "ok"),)))): 0.0,
                     ("hw.status", tuple(sorted(attrs + (("hw.state", "failed"),)))): 1.0}
+
+
+# -- dcgm-exporter names -------------------------------------------------------------------------
+
+def test_dcgm_names_convert_units_and_label_amd_gpus_too() -> None:
+    from gpuscope.collectors.base import DeviceInfo
+    from gpuscope.otel.dcgm import labels, samples
+
+    mi300 = DeviceInfo(key="gpu3", vendor="amd", index=3, name="AMD Instinct MI300X", uuid="5f00-ab",
+                       pci_bus_id="0000:0c:00.0", properties={"driver_version": "6.8.5"})
+    lab = labels(mi300, "node7", None)
+    assert lab == {"gpu": "3", "UUID": "5f00-ab", "pci_bus_id": "0000:0c:00.0", "device": "amd3",
+                   "modelName": "AMD Instinct MI300X", "hostname": "node7", "DCGM_FI_DRIVER_VERSION": "6.8.5"}
+    got = {name: value for name, _, _, value in samples(lab, {
+        "gpu_util": 0.5, "mem_used_bytes": 3 * 2**30, "mem_total_bytes": 192 * 2**30, "energy_j": 12.5,
+        "power_w": 600.0, "tensor_active": 0.25})}
+    assert got["DCGM_FI_DEV_GPU_UTIL"] == 50.0 and got["DCGM_FI_PROF_GR_ENGINE_ACTIVE"] == 0.5
+    assert got["DCGM_FI_DEV_FB_USED"] == 3072.0 and got["DCGM_FI_DEV_FB_FREE"] == 189 * 1024.0
+    assert got["DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION"] == 12500.0  # mJ
+    assert got["DCGM_FI_PROF_PIPE_TENSOR_ACTIVE"] == 0.25 and got["DCGM_FI_DEV_POWER_USAGE"] == 600.0
+    assert "DCGM_FI_DEV_GPU_TEMP" not in got  # not reported: no sample, never 0
+
+
+@pytest.mark.slow
+def test_dcgm_names_on_the_endpoint_parse_and_carry_the_replay() -> None:
+    port = _free_port()
+    p = _monitor("--prometheus", str(port), "--prometheus-names", "dcgm", "--interval", "0.2")
+    try:
+        text = ""
+        for _ in range(100):
+            time.sleep(0.1)
+            try:
+                text = _scrape(port)
+            except (urllib.error.URLError, ConnectionError):
+                continue
+            if "DCGM_FI_DEV_POWER_USAGE{" in text:
+                break
+    finally:
+        p.send_signal(signal.SIGTERM)
+        p.communicate(timeout=30)
+    assert p.returncode == 0
+    from prometheus_client.parser import text_string_to_metric_families
+
+    fams = {f.name: f for f in text_string_to_metric_families(text)}
+    power = {s.labels["gpu"]: s for s in fams["DCGM_FI_DEV_POWER_USAGE"].samples}
+    assert power["0"].value in _recorded("gpu0", "power_w")
+    assert power["0"].labels["UUID"] == H100_UUID and power["0"].labels["modelName"] == "NVIDIA H100 80GB HBM3"
+    assert power["0"].labels["device"] == "nvidia0" and power["0"].labels["pci_bus_id"] == "00000000:18:00.0"
+    used = {s.labels["gpu"]: s.value for s in fams["DCGM_FI_DEV_FB_USED"].samples}
+    assert used["0"] in {v / 2**20 for v in _recorded("gpu0", "mem_used_bytes")}
+    assert "hw_power_watts" not in text  # one set of names at a time

@@ -108,8 +108,13 @@ def test_collector_pipeline_receives_on_monitors_default_ports() -> None:
     assert doc["service"]["pipelines"]["metrics"]["receivers"] == ["otlp"]
 
 
+QUERIES = {"otel": ('hw_power_watts{hw_name="gpu0"}', 'hw_gpu_memory_limit_bytes{hw_name="gpu0"}', "hw_id", 1.0),
+           "dcgm": ('DCGM_FI_DEV_POWER_USAGE{gpu="0"}', 'DCGM_FI_DEV_FB_USED{gpu="0"}', "UUID", 2.0**-20)}
+
+
 @pytest.mark.slow
-def test_a_real_prometheus_scrapes_monitor(tmp_path: Path) -> None:
+@pytest.mark.parametrize("names", ["otel", "dcgm"])
+def test_a_real_prometheus_scrapes_monitor(tmp_path: Path, names: str) -> None:
     prometheus = shutil.which("prometheus")
     if prometheus is None:
         pytest.skip("prometheus not installed (apt-get install prometheus; .ci/run installs it in CI)")
@@ -118,7 +123,8 @@ def test_a_real_prometheus_scrapes_monitor(tmp_path: Path) -> None:
     config.write_text(
         "global:\n  scrape_interval: 1s\n"
         f"scrape_configs:\n  - job_name: gpuscope\n    static_configs:\n      - targets: ['127.0.0.1:{port}']\n")
-    mon = _monitor("--prometheus", str(port), "--interval", "0.2")
+    mon = _monitor("--prometheus", str(port), "--interval", "0.2", "--prometheus-names", names)
+    q_power, q_mem, id_label, mem_scale = QUERIES[names]
     prom = subprocess.Popen([prometheus, f"--config.file={config}", f"--storage.tsdb.path={tmp_path / 'data'}",
                              f"--web.listen-address=127.0.0.1:{prom_port}"],
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
@@ -126,15 +132,16 @@ def test_a_real_prometheus_scrapes_monitor(tmp_path: Path) -> None:
         power = limit = None
         for _ in range(300):
             time.sleep(0.2)
-            power = _query(prom_port, 'hw_power_watts{hw_name="gpu0"}')
-            limit = _query(prom_port, 'hw_gpu_memory_limit_bytes{hw_name="gpu0"}')
+            power = _query(prom_port, q_power)
+            limit = _query(prom_port, q_mem)
             if power and limit:
                 break
         assert power and limit, "Prometheus never had the series"
         labels, value = power[0]
         assert value in _recorded("gpu0", "power_w")
-        assert labels["hw_id"] == H100_UUID and labels["job"] == "gpuscope" and labels["hw_vendor"] == "NVIDIA"
-        assert limit[0][1] in _recorded("gpu0", "mem_total_bytes")
+        assert labels[id_label] == H100_UUID and labels["job"] == "gpuscope"
+        memory = "mem_total_bytes" if names == "otel" else "mem_used_bytes"
+        assert limit[0][1] in {v * mem_scale for v in _recorded("gpu0", memory)}
         assert _query(prom_port, "up{job=\"gpuscope\"}")[0][1] == 1.0
     finally:
         prom.send_signal(signal.SIGTERM)

@@ -42,6 +42,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "OTEL_EXPORTER_OTLP_PROTOCOL, else http/protobuf)")
     parser.add_argument("--prometheus", default=None, metavar="[HOST:]PORT",
                         help="serve /metrics on PORT (127.0.0.1 unless HOST is given)")
+    parser.add_argument("--prometheus-names", choices=("otel", "dcgm"), default="otel",
+                        help="names on /metrics: otel (the OpenTelemetry names as the SDK's Prometheus reader "
+                             "writes them, default) or dcgm (dcgm-exporter's names and labels, for NVIDIA and AMD "
+                             "GPUs, for dashboards built for dcgm-exporter)")
     parser.add_argument("--replay", default=None, metavar="FILE",
                         help="play a recording (gpuscope record) as the GPUs instead of this machine's")
     parser.add_argument("--seconds", type=float, default=None, metavar="N", help="stop after N seconds")
@@ -153,7 +157,7 @@ def run(args: argparse.Namespace) -> int:
 
         from ..otel.export import MetricsEndpoint
 
-        registry = CollectorRegistry(auto_describe=True)
+        registry = CollectorRegistry()
         try:
             endpoint_server = MetricsEndpoint(listen[0], listen[1], registry)
         except OSError as exc:
@@ -175,7 +179,12 @@ def _monitor(args: argparse.Namespace, replay: Any, protocol: str | None, endpoi
 
     readers: list[Any] = []
     queue = None
-    if endpoint_server is not None:
+    state = TelemetryState()
+    if endpoint_server is not None and args.prometheus_names == "dcgm":
+        from ..otel.export import DcgmNames
+
+        endpoint_server.render = DcgmNames(state, hostname()).render
+    elif endpoint_server is not None:
         from opentelemetry.exporter.prometheus import PrometheusMetricReader
 
         # a registry of the endpoint's own: no process or platform collectors, nothing else
@@ -188,7 +197,6 @@ def _monitor(args: argparse.Namespace, replay: Any, protocol: str | None, endpoi
         queue = QueueingExporter(inner, shown)
         readers.append(PeriodicExportingMetricReader(queue.exporter, export_interval_millis=export_s * 1000))
 
-    state = TelemetryState()
     own: list[tuple[str, str, str, str, Any]] = []
     if queue is not None:
         own += [("gpuscope.monitor.export.dropped", "counter", "{export}",
@@ -213,7 +221,8 @@ def _monitor(args: argparse.Namespace, replay: Any, protocol: str | None, endpoi
         gpus = [d for d in sampler.devices if d.kind != "host"]
         where = []
         if endpoint_server is not None:
-            where.append(f"Prometheus on http://{_host_for_url(endpoint_server.host)}:{endpoint_server.port}/metrics")
+            where.append(f"Prometheus on http://{_host_for_url(endpoint_server.host)}:{endpoint_server.port}/metrics"
+                         + (" (dcgm-exporter names)" if args.prometheus_names == "dcgm" else ""))
         if queue is not None:
             where.append(f"OTLP {protocol} to {queue.what} every {export_s:g} s")
         what = ", ".join(f"{d.key} ({d.name or d.vendor})" for d in gpus) or "no GPU"

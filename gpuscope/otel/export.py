@@ -116,12 +116,14 @@ class MetricsEndpoint:
     def __init__(self, host: str, port: int, registry: Any) -> None:
         from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
+        endpoint = self
+
         class Handler(BaseHTTPRequestHandler):
             def do_GET(self) -> None:  # noqa: N802
                 if self.path.split("?", 1)[0] != "/metrics":
                     self.send_error(404, "only /metrics is served here")
                     return
-                body = generate_latest(registry)
+                body = endpoint.render() if endpoint.render is not None else generate_latest(registry)
                 self.send_response(200)
                 self.send_header("Content-Type", CONTENT_TYPE_LATEST)
                 self.send_header("Content-Length", str(len(body)))
@@ -132,6 +134,8 @@ class MetricsEndpoint:
                 pass  # scrapes are not news
 
         self.registry = registry
+        #: when set, what the endpoint serves instead of the registry (the dcgm names)
+        self.render: Any = None
         self.server = ThreadingHTTPServer((host, port), Handler)
         self.server.daemon_threads = True
         self.host, self.port = self.server.server_address[:2]
@@ -143,3 +147,35 @@ class MetricsEndpoint:
     def stop(self) -> None:
         self.server.shutdown()
         self.server.server_close()
+
+
+class DcgmNames:
+    """The state's newest GPU values under dcgm-exporter's names and labels
+    (:mod:`gpuscope.otel.dcgm`) in Prometheus' text format 0.0.4, written here rather than by
+    prometheus_client, which would add ``_total`` to the energy counter's name where
+    dcgm-exporter has none. A lost GPU has no samples."""
+
+    def __init__(self, state: Any, host: str) -> None:
+        self.state = state
+        self.host = host
+
+    def render(self) -> bytes:
+        from .dcgm import labels, samples
+
+        families: dict[str, tuple[str, str, list[str]]] = {}
+        for key, (values, lost) in sorted(self.state.latest().items()):
+            device = self.state.devices.get(key)
+            if device is None or device.kind == "host" or lost:
+                continue
+            lab = labels(device, self.host, self.state.driver_version)
+            text = ",".join(f'{k}="{_escape(v)}"' for k, v in lab.items())
+            for name, kind, help_text, value in samples(lab, values):
+                families.setdefault(name, (kind, help_text, []))[2].append(f"{name}{{{text}}} {value!r}")
+        out = []
+        for name, (kind, help_text, lines) in families.items():
+            out += [f"# HELP {name} {help_text}", f"# TYPE {name} {kind}", *lines]
+        return ("\n".join(out) + "\n").encode() if out else b""
+
+
+def _escape(value: str) -> str:
+    return value.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')

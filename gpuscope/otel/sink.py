@@ -31,6 +31,9 @@ class TelemetryState(Sink):
         self._values: dict[str, dict[tuple[str, Attrs], float]] = {}  # device -> point -> value
         self._counters: dict[tuple[str, Attrs], float] = {}
         self._last_ts: dict[str, int] = {}
+        self._latest: dict[str, tuple[dict[str, Any], bool]] = {}  # device -> (values, lost)
+        self.devices: dict[str, Any] = {}
+        self.driver_version: str | None = None
         self.rows = 0
 
     # -- the sink -----------------------------------------------------------------------------
@@ -38,7 +41,9 @@ class TelemetryState(Sink):
         driver = next((v.details.get("driver_version") for v in info.vendors
                        if getattr(v, "details", None) and v.details.get("driver_version")), None)
         with self._lock:
+            self.driver_version = driver
             for d in info.devices:
+                self.devices[d.key] = d
                 if d.kind == "host":
                     self._host.add(d.key)
                     self._attrs[d.key] = ()
@@ -60,6 +65,7 @@ class TelemetryState(Sink):
             return
         host = device in self._host
         self._values[device] = {(name, a): v for name, v, a in points(attrs, values, lost, host)}
+        self._latest[device] = (dict(values), lost)
         self.rows += 1
         prev = self._last_ts.get(device)
         self._last_ts[device] = ts_ns
@@ -87,6 +93,11 @@ class TelemetryState(Sink):
             out = [(v, a) for pts in self._values.values() for (n, a), v in pts.items() if n == name]
             out += [(v, a) for (n, a), v in self._counters.items() if n == name]
         return out
+
+    def latest(self) -> dict[str, tuple[dict[str, Any], bool]]:
+        """Each device's newest values as stored, and whether it is lost."""
+        with self._lock:
+            return dict(self._latest)
 
     def snapshot(self) -> dict[tuple[str, Attrs], float]:
         """Every current point (tests, the dcgm-named endpoint)."""
