@@ -36,6 +36,7 @@ from .base import (
     now_ns,
     percent_to_ratio,
     plausible_celsius,
+    watched,
 )
 
 DEFAULT_ROCM_GLOBS: tuple[str, ...] = ("/opt/rocm*/share/amd_smi",)
@@ -384,7 +385,7 @@ class AmdSmiCollector(Collector):
 
     # -- sampling ----------------------------------------------------------------------
     def set_pids(self, pids: set[int] | frozenset[int]) -> None:
-        self._pids = frozenset(pids)
+        self._pids = watched(pids)
 
     def sample(self) -> list[Sample]:
         out: list[Sample] = []

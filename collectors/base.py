@@ -124,6 +124,43 @@ class ProcessSample:
     name: str | None = None
 
 
+class EveryPid(frozenset):  # type: ignore[type-arg]
+    """The pid set that holds every process, whether this process can see it or not: given to
+    :meth:`Collector.set_pids`, the GPU collectors report every process the vendor lists
+    (``gpuscope monitor --per-process``; in a container NVML lists the host's pids, which the
+    container cannot see)."""
+
+    def __contains__(self, pid: object) -> bool:
+        return True
+
+    def __bool__(self) -> bool:
+        return True
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, EveryPid)
+
+    def __ne__(self, other: object) -> bool:  # frozenset's own would call it equal to frozenset()
+        return not isinstance(other, EveryPid)
+
+    def __hash__(self) -> int:
+        return hash("EveryPid")
+
+
+EVERY_PID = EveryPid()
+
+
+class EveryProcess:
+    """The sampler's process "tree" that watches every process (:data:`EVERY_PID`)."""
+
+    def pids(self) -> frozenset[int]:
+        return EVERY_PID
+
+
+def watched(pids: set[int] | frozenset[int]) -> frozenset[int]:
+    """``pids`` as the frozenset a collector keeps (:data:`EVERY_PID` stays what it is)."""
+    return pids if isinstance(pids, frozenset) else frozenset(pids)
+
+
 @dataclass
 class Sample:
     """One row: one device at one tick. ``values`` maps metric names to values in the units

@@ -32,6 +32,7 @@ from .base import (
     VendorStatus,
     now_ns,
     percent_to_ratio,
+    watched,
 )
 
 from .nvml_values import (  # noqa: F401  (the codes and helpers, re-exported for tests)
@@ -542,7 +543,7 @@ class NvmlCollector(Collector):
 
     # ------------------------------------------------------------------ sampling
     def set_pids(self, pids: set[int] | frozenset[int]) -> None:
-        self._pids = frozenset(pids)
+        self._pids = watched(pids)
 
     def sample(self) -> list[Sample]:
         out: list[Sample] = []

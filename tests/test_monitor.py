@@ -453,3 +453,50 @@ def test_dcgm_names_on_the_endpoint_parse_and_carry_the_replay() -> None:
     used = {s.labels["gpu"]: s.value for s in fams["DCGM_FI_DEV_FB_USED"].samples}
     assert used["0"] in {v / 2**20 for v in _recorded("gpu0", "mem_used_bytes")}
     assert "hw_power_watts" not in text  # one set of names at a time
+
+
+# -- per process ---------------------------------------------------------------------------------
+
+def test_per_process_exports_the_top_n_by_memory_and_sums_the_rest() -> None:
+    """The NVML collector over the fake pynvml table (two processes on the H100, 2 GiB and
+    1 GiB) watching every pid, as `monitor --per-process 1` does."""
+    from fakes.fake_pynvml import FakeNvml
+
+    from gpuscope.collectors import NvmlCollector
+    from gpuscope.collectors.base import EveryProcess
+    from gpuscope.otel.sink import TelemetryState
+    from gpuscope.sinks.base import SampleBatch, SamplerInfo
+
+    fake = FakeNvml("nvml_h100_a100.json")
+    state = TelemetryState(per_process_top=1, name_of=lambda pid: {4242: "vllm"}.get(pid, "?"))
+    collector = NvmlCollector(nvml=fake, process_interval_s=0.0, gpm_min_interval_s=0.0)
+    devices = collector.open()
+    collector.set_pids(EveryProcess().pids())  # what the sampler hands on from monitor's tree
+    state.start(SamplerInfo(interval_s=1.0, started_ns=0, vendors=[], devices=devices))
+    state.write(SampleBatch([(0, collector.sample())]))
+    collector.close()
+    mem = {dict(a).get("process.executable.name"): (dict(a), v) for v, a in state.observe("gpuscope.gpu.process.memory.usage")
+           if dict(a)["hw.name"] == "gpu0"}
+    top, top_value = mem["vllm"]
+    assert top["process.pid"] == "4242" and top_value == 2 * 2**30 and top["hw.id"].startswith("GPU-")
+    rest, rest_value = mem["(1 other processes)"]
+    assert "process.pid" not in rest and rest_value == 2**30
+    assert set(mem) == {"vllm", "(1 other processes)"}  # bounded: N + 1 series per GPU
+    util = {dict(a).get("process.pid"): v for v, a in state.observe("gpuscope.gpu.process.utilization")
+            if dict(a)["hw.name"] == "gpu0"}
+    assert util == {"4242": 0.55}
+
+
+def test_process_names_are_not_guessed_inside_a_pid_namespace(tmp_path: Path) -> None:
+    from gpuscope.cli.monitor import process_namer
+
+    proc = tmp_path / "proc"
+    (proc / "self").mkdir(parents=True)
+    (proc / "77").mkdir()
+    (proc / "77" / "comm").write_text("python3\n")
+    (proc / "self" / "status").write_text("Name:\tgpuscope\nNSpid:\t4321\n")
+    name_of, note = process_namer(str(proc))
+    assert note is None and name_of(77) == "python3" and name_of(78) == "?"
+    (proc / "self" / "status").write_text("Name:\tgpuscope\nNSpid:\t4321\t12\n")  # a container's
+    name_of, note = process_namer(str(proc))
+    assert name_of(77) == "?" and "PID namespace" in note

@@ -11,6 +11,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from ..errors import InputError
+from .common import positive_int
 
 HELP = "export GPU and host telemetry over OpenTelemetry (OTLP) and Prometheus until stopped"
 DESCRIPTION = (
@@ -46,6 +47,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="names on /metrics: otel (the OpenTelemetry names as the SDK's Prometheus reader "
                              "writes them, default) or dcgm (dcgm-exporter's names and labels, for NVIDIA and AMD "
                              "GPUs, for dashboards built for dcgm-exporter)")
+    parser.add_argument("--per-process", nargs="?", const=5, default=0, type=positive_int, metavar="N",
+                        help="also export each process's GPU memory (and utilization where the vendor gives it) "
+                             "on each GPU, labelled by pid and executable name only: the N largest by memory "
+                             "(default 5), the rest summed into one series")
     parser.add_argument("--replay", default=None, metavar="FILE",
                         help="play a recording (gpuscope record) as the GPUs instead of this machine's")
     parser.add_argument("--seconds", type=float, default=None, metavar="N", help="stop after N seconds")
@@ -172,6 +177,7 @@ def run(args: argparse.Namespace) -> int:
 def _monitor(args: argparse.Namespace, replay: Any, protocol: str | None, endpoint: str | None, export_s: float,
              endpoint_server: Any) -> int:
     from ..collectors import HostCollector, ReplayCollector, default_collectors
+    from ..collectors.base import EveryProcess
     from ..machine import hostname
     from ..otel.export import QueueingExporter, otlp_exporter
     from ..otel.sink import TelemetryState, meter_provider
@@ -179,7 +185,8 @@ def _monitor(args: argparse.Namespace, replay: Any, protocol: str | None, endpoi
 
     readers: list[Any] = []
     queue = None
-    state = TelemetryState()
+    names, pid_note = process_namer()
+    state = TelemetryState(per_process_top=args.per_process, name_of=names)
     if endpoint_server is not None and args.prometheus_names == "dcgm":
         from ..otel.export import DcgmNames
 
@@ -213,7 +220,9 @@ def _monitor(args: argparse.Namespace, replay: Any, protocol: str | None, endpoi
         collectors = [ReplayCollector(replay, loop=True), HostCollector()]
     else:
         collectors = default_collectors(None)
-    sampler = Sampler(collectors, [state], interval_s=args.interval, batch_s=min(1.0, args.interval))
+    # --per-process: every process the vendor lists on a GPU, seen from here or not
+    tree = EveryProcess() if args.per_process else None
+    sampler = Sampler(collectors, [state], interval_s=args.interval, batch_s=min(1.0, args.interval), tree=tree)
     stop = threading.Event()
     previous = {s: signal.signal(s, lambda *_: stop.set()) for s in (signal.SIGTERM, signal.SIGINT)}
     try:
@@ -228,6 +237,9 @@ def _monitor(args: argparse.Namespace, replay: Any, protocol: str | None, endpoi
         what = ", ".join(f"{d.key} ({d.name or d.vendor})" for d in gpus) or "no GPU"
         print(f"gpuscope monitor: {what} and the host every {args.interval:g} s; " + "; ".join(where),
               file=sys.stderr, flush=True)
+        if args.per_process:
+            print(f"gpuscope monitor: per process: the {args.per_process} largest by GPU memory on each GPU; "
+                  + (pid_note or "names from /proc"), file=sys.stderr, flush=True)
         if not gpus:
             for v in sampler.unavailable:
                 print(f"gpuscope monitor: {v.vendor}: {v.reason}", file=sys.stderr, flush=True)
@@ -241,6 +253,29 @@ def _monitor(args: argparse.Namespace, replay: Any, protocol: str | None, endpoi
         provider.force_flush(timeout_millis=10_000)  # what it holds goes out before the exit
         provider.shutdown()
     return 0
+
+
+def process_namer(proc: str = "/proc") -> tuple[Any, str | None]:
+    """``(name_of(pid), note)``: a process's executable name (``/proc/PID/comm``), and a note
+    when names cannot be trusted here. NVML and AMD SMI list the host's pids; a monitor in a
+    container (a PID namespace of its own, ``NSpid`` with more than one entry) either cannot
+    see them or sees other processes under the same numbers, so it names none ("?")."""
+    try:
+        with open(f"{proc}/self/status", encoding="utf-8") as f:
+            nspid = next((line.split()[1:] for line in f if line.startswith("NSpid:")), [])
+    except OSError:
+        nspid = []
+    if len(nspid) > 1:
+        return (lambda pid: "?"), ("this monitor runs in a PID namespace of its own (a container): the GPU's pids "
+                                   "are the host's, so they are exported as the vendor gives them and not named")
+
+    def name_of(pid: int) -> str:
+        try:
+            with open(f"{proc}/{pid}/comm", encoding="utf-8", errors="replace") as f:
+                return f.read().strip() or "?"
+        except OSError:
+            return "?"  # gone, or not visible from here
+    return name_of, None
 
 
 def _host_for_url(host: str) -> str:

@@ -67,6 +67,10 @@ INSTRUMENTS: tuple[Instrument, ...] = (
     Instrument("gpuscope.gpu.fan.speed", "gauge", "1", "Fan speed as a fraction of maximum"),
     Instrument("gpuscope.gpu.pcie.io", "counter", "By", "PCIe bytes, both directions (AMD gives no split)"),
     Instrument("gpuscope.gpu.link.io", "counter", "By", "Bytes over GPU-GPU links (NVLink / XGMI)"),
+    Instrument("gpuscope.gpu.process.memory.usage", "updown", "By",
+               "GPU memory used by one process (--per-process: the top N by memory, the rest summed)"),
+    Instrument("gpuscope.gpu.process.utilization", "gauge", "1",
+               "SM / gfx utilisation of one process where the vendor gives it (--per-process)"),
     Instrument("system.cpu.utilization", "gauge", "1", "Fraction of all host CPU time that was busy"),
     Instrument("system.memory.usage", "updown", "By", "Host memory in use"),
     Instrument("system.memory.limit", "updown", "By", "Host memory size"),
@@ -94,8 +98,8 @@ RATES: dict[str, str | None] = {
 }
 #: Stored metrics monitor does not export, and why.
 NOT_EXPORTED: dict[str, str] = {
-    "proc_gpu_mem_bytes": "per-process use comes with --per-process (not built yet)",
-    "proc_gpu_util": "per-process use comes with --per-process (not built yet)",
+    "proc_gpu_mem_bytes": "the watched tree's sum; --per-process exports each process instead",
+    "proc_gpu_util": "the watched tree's sum; --per-process exports each process instead",
     "proc_cpu_cores": "monitor watches no process tree", "proc_rss_bytes": "monitor watches no process tree",
     "proc_count": "monitor watches no process tree",
 }
@@ -162,3 +166,22 @@ _NAMES = _names()
 
 def _merge(a: Attrs, b: Attrs) -> Attrs:
     return tuple(sorted(a + b)) if b else a
+
+
+def process_points(device_attrs: Attrs, processes: Any, top: int, name_of: Any) -> Iterator[tuple[str, float, Attrs]]:
+    """Per-process points of one GPU: the ``top`` processes by GPU memory, each labelled by
+    ``process.pid`` and ``process.executable.name`` only (``name_of(pid)``), and the rest summed
+    into one point named ``(N other processes)`` without a pid: the series stay bounded."""
+    procs = sorted(processes, key=lambda p: (-(p.gpu_mem_bytes or 0), p.pid))
+    for p in procs[:top]:
+        attrs = _merge(device_attrs, (("process.executable.name", p.name or name_of(p.pid)), ("process.pid", str(p.pid))))
+        if p.gpu_mem_bytes is not None:
+            yield "gpuscope.gpu.process.memory.usage", float(p.gpu_mem_bytes), attrs
+        if p.gpu_util is not None:
+            yield "gpuscope.gpu.process.utilization", float(p.gpu_util), attrs
+    rest = procs[top:]
+    if rest:
+        attrs = _merge(device_attrs, (("process.executable.name", f"({len(rest)} other processes)"),))
+        mems = [p.gpu_mem_bytes for p in rest if p.gpu_mem_bytes is not None]
+        if mems:
+            yield "gpuscope.gpu.process.memory.usage", float(sum(mems)), attrs

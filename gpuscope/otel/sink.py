@@ -13,7 +13,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from ..sinks.base import SampleBatch, SamplerInfo, SamplerStats, Sink
-from .names import INSTRUMENTS, RATES, Attrs, device_attributes, instrument_of, points
+from .names import INSTRUMENTS, RATES, Attrs, device_attributes, instrument_of, points, process_points
 
 #: A gap between two samples of a device longer than this is not integrated into the byte
 #: counters (the rate of one tick says nothing about minutes without samples).
@@ -24,7 +24,11 @@ class TelemetryState(Sink):
     """The newest value of every point and the integrated byte counters; thread-safe (the
     sampler writes from its dispatch thread, exporters read from theirs)."""
 
-    def __init__(self) -> None:
+    def __init__(self, per_process_top: int = 0, name_of: Any = None) -> None:
+        #: >0: export the processes on each GPU, this many by memory (the rest summed)
+        self.per_process_top = per_process_top
+        self._name_of = name_of or (lambda pid: "?")
+        self._procs: dict[str, dict[tuple[str, Attrs], float]] = {}
         self._lock = threading.Lock()
         self._attrs: dict[str, Attrs] = {}
         self._host: set[str] = set()
@@ -55,6 +59,8 @@ class TelemetryState(Sink):
             for _, rows in batch.ticks:
                 for s in rows:
                     self._add(s.device, s.ts_ns, s.values, s.lost)
+                    if self.per_process_top:
+                        self._add_processes(s)
 
     def close(self, stats: SamplerStats) -> None:
         pass
@@ -86,11 +92,22 @@ class TelemetryState(Sink):
             if 0 < dt <= MAX_RATE_GAP_S:
                 self._counters[key] = total + float(rate) * dt
 
+    def _add_processes(self, s: Any) -> None:
+        attrs = self._attrs.get(s.device)
+        if attrs is None or s.device in self._host:
+            return
+        if s.lost:
+            self._procs.pop(s.device, None)
+        elif s.processes or s.values.get("proc_gpu_mem_bytes") is not None:  # a process query was made
+            self._procs[s.device] = {(n, a): v for n, v, a in
+                                     process_points(attrs, s.processes, self.per_process_top, self._name_of)}
+
     # -- reading ------------------------------------------------------------------------------
     def observe(self, name: str) -> list[tuple[float, Attrs]]:
         """The current points of one instrument: (value, attributes)."""
         with self._lock:
             out = [(v, a) for pts in self._values.values() for (n, a), v in pts.items() if n == name]
+            out += [(v, a) for pts in self._procs.values() for (n, a), v in pts.items() if n == name]
             out += [(v, a) for (n, a), v in self._counters.items() if n == name]
         return out
 
@@ -102,7 +119,7 @@ class TelemetryState(Sink):
     def snapshot(self) -> dict[tuple[str, Attrs], float]:
         """Every current point (tests, the dcgm-named endpoint)."""
         with self._lock:
-            out = {k: v for pts in self._values.values() for k, v in pts.items()}
+            out = {k: v for pts in [*self._values.values(), *self._procs.values()] for k, v in pts.items()}
             out.update(self._counters)
         return out
 
