@@ -500,3 +500,54 @@ def test_process_names_are_not_guessed_inside_a_pid_namespace(tmp_path: Path) ->
     (proc / "self" / "status").write_text("Name:\tgpuscope\nNSpid:\t4321\t12\n")  # a container's
     name_of, note = process_namer(str(proc))
     assert name_of(77) == "?" and "PID namespace" in note
+
+
+# -- into the store ------------------------------------------------------------------------------
+
+@pytest.mark.slow
+def test_db_keeps_the_samples_as_a_monitor_run_and_retention_prunes_only_monitor_runs(tmp_path: Path) -> None:
+    import duckdb
+
+    from gpuscope import store
+    from gpuscope.store import runs as store_runs
+
+    db = tmp_path / "s.duckdb"
+    con = store.connect(db)
+    with store.transaction(con):  # an old monitor run and an old user run, both with old samples
+        old_ns = time.time_ns() - 30 * 86400 * 10**9
+        mon = store_runs.begin_recording(con, name="monitor old", source="monitor", started_ns=old_ns, command=None,
+                                         info={"owner": {"pid": os.getpid()}})
+        usr = store_runs.begin_recording(con, name="user", source="run", started_ns=old_ns, command=None,
+                                         info={"owner": {"pid": os.getpid()}})
+        for rid in (mon, usr):
+            con.execute("INSERT INTO devices (run_id, device_id, key, source, vendor, kind) "
+                        "VALUES (?, 0, 'gpu0', 'telemetry', 'nvidia', 'gpu')", [rid])
+            con.execute("INSERT INTO samples (run_id, device_id, ts_ns, power_w) VALUES (?, 0, ?, 100.0)", [rid, old_ns])
+    con.close()
+    p = _monitor("--db", str(db), "--retention", "7", "--interval", "0.2", "--seconds", "2")
+    out, err = p.communicate(timeout=60)
+    assert p.returncode == 0, err
+    assert "the store" in err and "keeping 7 days" in err
+    con = duckdb.connect(str(db), read_only=True)
+    try:
+        left = dict(con.execute("SELECT run_id, count(*) FROM samples GROUP BY run_id").fetchall())
+        new = con.execute("SELECT id, status FROM runs WHERE source = 'monitor' AND id <> ?", [mon]).fetchall()
+        power = {r[0] for r in con.execute(
+            "SELECT s.power_w FROM samples s JOIN devices d ON d.run_id = s.run_id AND d.device_id = s.device_id "
+            "WHERE s.run_id = ? AND d.key = 'gpu0' AND s.power_w IS NOT NULL", [new[0][0]]).fetchall()}
+    finally:
+        con.close()
+    assert mon not in left  # the old monitor samples are gone
+    assert left[usr] == 1  # a user's run is never touched
+    assert len(new) == 1 and new[0][1] == "complete" and left[new[0][0]] > 0
+    assert power and power <= _recorded("gpu0", "power_w")
+
+
+def test_retention_without_db_and_a_bad_store_exit_2(tmp_path: Path) -> None:
+    r = run_cli("monitor", "--prometheus", "9464", "--retention", "3")
+    assert r.code == 2 and "--retention" in r.err
+    bad = tmp_path / "not-a-store"
+    bad.write_text("hello, this is not a database at all")
+    r = run_cli("monitor", "--db", str(bad))
+    assert r.code == 2 and "not a gpuscope store" in r.err and len(r.err.strip().splitlines()) == 1
+    assert bad.read_text() == "hello, this is not a database at all"

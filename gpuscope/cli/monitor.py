@@ -51,6 +51,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="also export each process's GPU memory (and utilization where the vendor gives it) "
                              "on each GPU, labelled by pid and executable name only: the N largest by memory "
                              "(default 5), the rest summed into one series")
+    parser.add_argument("--db", default=None, metavar="PATH",
+                        help="also keep the samples in this store, as one run (source monitor) per monitor session")
+    parser.add_argument("--retention", type=float, default=None, metavar="DAYS",
+                        help="with --db: delete monitor samples older than DAYS (at start, then hourly); "
+                             "runs of other sources are never touched")
     parser.add_argument("--replay", default=None, metavar="FILE",
                         help="play a recording (gpuscope record) as the GPUs instead of this machine's")
     parser.add_argument("--seconds", type=float, default=None, metavar="N", help="stop after N seconds")
@@ -138,8 +143,18 @@ def run(args: argparse.Namespace) -> int:
         raise InputError("--interval", f"must be between 0.01 and 3600 seconds, not {args.interval}")
     if args.seconds is not None and not args.seconds > 0:
         raise InputError("--seconds", f"must be a positive number of seconds, not {args.seconds}")
-    if args.otlp is None and args.prometheus is None:
-        raise InputError("monitor", "nothing to export to: give --otlp [URL] and/or --prometheus [HOST:]PORT")
+    if args.otlp is None and args.prometheus is None and args.db is None:
+        raise InputError("monitor", "nothing to export to: give --otlp [URL], --prometheus [HOST:]PORT and/or --db PATH")
+    if args.retention is not None:
+        if args.db is None:
+            raise InputError("--retention", "given without --db")
+        if not args.retention > 0:
+            raise InputError("--retention", f"must be a positive number of days, not {args.retention}")
+    if args.db is not None:
+        from .. import store
+
+        store.check_store_path(args.db)
+        store.connect(args.db, retry_s=5.0).close()  # a store that cannot be opened or made fails here, not later
     listen = parse_listen(args.prometheus) if args.prometheus is not None else None
     protocol = endpoint = None
     export_s = DEFAULT_EXPORT_INTERVAL_S
@@ -222,7 +237,14 @@ def _monitor(args: argparse.Namespace, replay: Any, protocol: str | None, endpoi
         collectors = default_collectors(None)
     # --per-process: every process the vendor lists on a GPU, seen from here or not
     tree = EveryProcess() if args.per_process else None
-    sampler = Sampler(collectors, [state], interval_s=args.interval, batch_s=min(1.0, args.interval), tree=tree)
+    sinks: list[Any] = [state]
+    if args.db is not None:
+        from ..sinks import StoreSink
+
+        sinks.append(StoreSink(args.db, name=f"monitor {hostname()}", source="monitor", final_status="complete",
+                               flush_s=max(1.0, args.interval),
+                               retention_s=args.retention * 86400 if args.retention is not None else None))
+    sampler = Sampler(collectors, sinks, interval_s=args.interval, batch_s=min(1.0, args.interval), tree=tree)
     stop = threading.Event()
     previous = {s: signal.signal(s, lambda *_: stop.set()) for s in (signal.SIGTERM, signal.SIGINT)}
     try:
@@ -234,6 +256,8 @@ def _monitor(args: argparse.Namespace, replay: Any, protocol: str | None, endpoi
                          + (" (dcgm-exporter names)" if args.prometheus_names == "dcgm" else ""))
         if queue is not None:
             where.append(f"OTLP {protocol} to {queue.what} every {export_s:g} s")
+        if args.db is not None:
+            where.append(f"the store {args.db}" + (f" (keeping {args.retention:g} days)" if args.retention else ""))
         what = ", ".join(f"{d.key} ({d.name or d.vendor})" for d in gpus) or "no GPU"
         print(f"gpuscope monitor: {what} and the host every {args.interval:g} s; " + "; ".join(where),
               file=sys.stderr, flush=True)

@@ -50,7 +50,8 @@ class StoreSink(Sink):
 
     def __init__(self, db: str | Path, *, run_id: int | None = None, name: str = "telemetry",
                  command: str | None = None, source: str = "run", final_status: str | None = "complete",
-                 flush_s: float = 1.0, lock_retry_s: float = 0.5) -> None:
+                 flush_s: float = 1.0, lock_retry_s: float = 0.5, retention_s: float | None = None,
+                 prune_every_s: float = 3600.0) -> None:
         self.db = Path(db)
         self.run_id = run_id
         self.name = name
@@ -60,6 +61,12 @@ class StoreSink(Sink):
         self.final_status = final_status
         self.flush_s = flush_s
         self.lock_retry_s = lock_retry_s
+        #: samples of this source's runs older than this are deleted at the first flush and then
+        #: every ``prune_every_s`` (``gpuscope monitor --retention``)
+        self.retention_s = retention_s
+        self.prune_every_s = prune_every_s
+        self._last_prune = -1e18
+        self.pruned = 0
         self.created_run = False
         self.device_ids: dict[str, int] = {}
         self.flushes = 0
@@ -145,7 +152,8 @@ class StoreSink(Sink):
     def flush(self, retry_s: float = 2.0) -> bool:
         """Write the rows held so far in one transaction; False (rows kept) when the store is
         busy."""
-        if not self._pending and not self._lost:
+        prune = self.retention_s is not None and time.monotonic() - self._last_prune >= self.prune_every_s
+        if not self._pending and not self._lost and not prune:
             self._last_flush = time.monotonic()
             return True
         from ..store import telemetry
@@ -158,6 +166,10 @@ class StoreSink(Sink):
                     self._insert_samples(con, rows)
                 for s in lost:
                     telemetry.insert_device_lost(con, self.run_id, s.device, int(s.ts_ns), self.device_ids.get(s.device))
+                if prune:
+                    cutoff = time.time_ns() - int(self.retention_s * 1e9)  # type: ignore[operator]
+                    self.pruned += telemetry.prune_samples(con, self.source, cutoff)
+                    self._last_prune = time.monotonic()
         except StoreError as exc:
             self.last_error = str(exc)
             return False

@@ -77,3 +77,14 @@ def insert_sampler_stats(con: duckdb.DuckDBPyConnection, run_id: int, values: Se
         f"INSERT INTO sampler_stats (run_id, {', '.join(SAMPLER_STATS_COLUMNS)}) "
         f"VALUES ({', '.join('?' * (len(SAMPLER_STATS_COLUMNS) + 1))})",
         [run_id, *values])
+
+
+def prune_samples(con: duckdb.DuckDBPyConnection, source: str, before_ns: int) -> int:
+    """Delete the samples older than ``before_ns`` of the runs from ``source`` (``monitor``'s
+    ``--retention``; never a run of another source); the number deleted."""
+    n = con.execute("SELECT count(*) FROM samples WHERE ts_ns < ? AND run_id IN (SELECT id FROM runs WHERE source = ?)",
+                    [int(before_ns), source]).fetchone()[0]
+    if n:
+        con.execute("DELETE FROM samples WHERE ts_ns < ? AND run_id IN (SELECT id FROM runs WHERE source = ?)",
+                    [int(before_ns), source])
+    return int(n)
