@@ -551,3 +551,100 @@ def test_retention_without_db_and_a_bad_store_exit_2(tmp_path: Path) -> None:
     r = run_cli("monitor", "--db", str(bad))
     assert r.code == 2 and "not a gpuscope store" in r.err and len(r.err.strip().splitlines()) == 1
     assert bad.read_text() == "hello, this is not a database at all"
+
+
+# -- gpuscope run --otlp ---------------------------------------------------------------------------
+
+class _OtlpReceiver(_HttpReceiver):
+    """Metrics and traces over OTLP/HTTP, decoded by path."""
+
+    def __init__(self) -> None:
+        from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+
+        super().__init__()
+        self.traces: list[Any] = []
+        outer = self
+        handler = self.server.RequestHandlerClass
+        base_post = handler.do_POST
+
+        def do_post(h: Any) -> None:
+            if h.path == "/v1/traces":
+                body = h.rfile.read(int(h.headers["Content-Length"]))
+                if h.headers.get("Content-Encoding") == "gzip":
+                    body = gzip.decompress(body)
+                req = ExportTraceServiceRequest()
+                req.ParseFromString(body)
+                outer.traces.append(req)
+                h.send_response(200)
+                h.send_header("Content-Type", "application/x-protobuf")
+                h.send_header("Content-Length", "0")
+                h.end_headers()
+                return
+            base_post(h)
+
+        handler.do_POST = do_post
+
+
+@pytest.mark.slow
+def test_run_otlp_exports_telemetry_and_spans_inside_the_callers_trace(tmp_path: Path) -> None:
+    rx = _OtlpReceiver()
+    trace_id, parent_id = "4bf92f3577b34da6a3ce929d0e0e4736", "00f067aa0ba902b7"
+    child = ("import time, gpuscope\n"
+             "gpuscope.mark('prefill', prompt_tokens=16, phase='prefill')\n"
+             "for i in range(3):\n"
+             "    time.sleep(0.3); gpuscope.mark('decode', tokens=4, step=i)\n"
+             "time.sleep(0.3)\n")
+    try:
+        env = dict(os.environ, TRACEPARENT=f"00-{trace_id}-{parent_id}-01", OTEL_METRIC_EXPORT_INTERVAL="300",
+                   GPUSCOPE_DB=str(tmp_path / "s.duckdb"))
+        p = subprocess.run([sys.executable, "-m", "gpuscope", "run", "--replay", str(RECORDING), "--no-profile",
+                            "--otlp", f"http://127.0.0.1:{rx.port}", "--json", "--", sys.executable, "-c", child,
+                            "--api-key=sk-secretvalue123"],
+                           cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
+        assert p.returncode == 0, p.stderr
+    finally:
+        rx.close()
+    import json as _json
+
+    summary = _json.loads(p.stdout)
+    assert summary["otlp"]["spans_exported"] is True and summary["otlp"]["metric_exports"] >= 1
+    metrics, resources = _metrics(rx.requests)
+    assert "hw.power" in metrics and any(r.get("gpuscope.run.name") for r in resources)
+    spans = [s for req in rx.traces for rs in req.resource_spans for ss in rs.scope_spans for s in ss.spans]
+    run = next(s for s in spans if s.name == "gpuscope run")
+    assert run.trace_id.hex() == trace_id and run.parent_span_id.hex() == parent_id  # inside the caller's trace
+    attrs = {kv.key: kv.value for kv in run.attributes}
+    assert attrs["process.exit.code"].int_value == 0 and attrs["gpuscope.run.id"].int_value == summary["run_id"]
+    command = attrs["gpuscope.run.command"].string_value
+    assert "sk-secretvalue123" not in command and "--api-key" in command  # redacted, as stored
+    names = [e.name for e in run.events]
+    assert names == ["prefill", "decode", "decode", "decode"]
+    step = {kv.key: kv.value for kv in run.events[2].attributes}
+    assert step["gpuscope.mark.tokens"].int_value == 4 and step["gpuscope.mark.step"].int_value == 1
+    assert "gpuscope.decode.tokens_per_s" in attrs
+    assert len(spans) == 1  # no profiler window, and never a span per kernel
+    # nothing secret anywhere in what went out
+    raw = b"".join(r.SerializeToString() for r in rx.requests + rx.traces)
+    assert b"sk-secretvalue123" not in raw
+
+
+def test_span_plan_has_a_child_per_window_and_the_analysis_shares() -> None:
+    from gpuscope.otel.spans import run_span_plan
+
+    summary = {"run_id": 7, "exit_code": 3,
+               "analysis": {"gpu_activity": True, "devices": [{"key": "gpu0", "name": "NVIDIA H100 80GB HBM3"}],
+                            "time_us": {"compute": 60.0, "communication": 10.0, "memory": 10.0, "idle": 20.0},
+                            "ops": [{"roof_us": 30.0, "kernel_us": 60.0}, {"roof_us": None, "kernel_us": 5.0}]},
+               "telemetry": {"generation": {"tokens_per_s": 120.0, "decode": {"tokens_per_s": 150.0}}, "energy_j": 42.0}}
+    windows = [{"pid": 11, "start_ns": 100, "end_ns": 200, "open_ns": 90, "written_ns": 260, "label": "1"},
+               {"pid": 11, "start_ns": 300}]  # an unfinished window is left out
+    plan = run_span_plan(summary, name="r", command="python x.py", started_ns=0, ended_ns=1000, windows=windows,
+                         marks=[{"ts_ns": 150, "name": "decode", "tokens": 2, "fields": {"x": 1}}])
+    a = plan["attributes"]
+    assert a["process.exit.code"] == 3 and a["gpuscope.time.compute_share"] == 0.6 and a["gpuscope.time.idle_share"] == 0.2
+    assert a["gpuscope.roofline.pct_of_roof"] == 50.0 and a["gpuscope.tokens_per_s"] == 120.0
+    assert a["gpuscope.decode.tokens_per_s"] == 150.0 and a["gpuscope.energy_j"] == 42.0
+    assert a["gpuscope.run.devices"] == ["NVIDIA H100 80GB HBM3"]
+    assert [c["name"] for c in plan["children"]] == ["profiler window 1"]
+    assert plan["children"][0]["attributes"]["gpuscope.window.written_ns"] == 260
+    assert plan["events"] == [{"name": "decode", "ts_ns": 150, "attributes": {"gpuscope.mark.tokens": 2}}]

@@ -95,13 +95,23 @@ def shown_endpoint(url: str) -> str:
     return f"{p.scheme}://{netloc}{p.path}"
 
 
-def _protocol(args: argparse.Namespace) -> str:
-    proto = args.otlp_protocol or os.environ.get("OTEL_EXPORTER_OTLP_METRICS_PROTOCOL") \
+def resolve_protocol(flag: str | None, signal: str = "METRICS") -> str:
+    """The OTLP protocol: the flag, else ``OTEL_EXPORTER_OTLP_<SIGNAL>_PROTOCOL``, else
+    ``OTEL_EXPORTER_OTLP_PROTOCOL``, else http/protobuf; an unknown one is an InputError."""
+    proto = flag or os.environ.get(f"OTEL_EXPORTER_OTLP_{signal}_PROTOCOL") \
         or os.environ.get("OTEL_EXPORTER_OTLP_PROTOCOL") or "http/protobuf"
     if proto not in PROTOCOLS:
-        where = "--otlp-protocol" if args.otlp_protocol else "OTEL_EXPORTER_OTLP_PROTOCOL"
+        where = "--otlp-protocol" if flag else "OTEL_EXPORTER_OTLP_PROTOCOL"
         raise InputError(where, f"unknown OTLP protocol {proto!r} (grpc or http/protobuf)")
     return proto
+
+
+def _protocol(args: argparse.Namespace) -> str:
+    return resolve_protocol(args.otlp_protocol)
+
+
+def export_interval_s() -> float:
+    return _export_interval_s()
 
 
 def _export_interval_s() -> float:
@@ -117,7 +127,7 @@ def _export_interval_s() -> float:
     return ms / 1000.0
 
 
-def _check_installed(protocol: str | None, prometheus: bool) -> None:
+def check_installed(protocol: str | None, prometheus: bool) -> None:
     import importlib.util
 
     need = [("opentelemetry.sdk.metrics", "opentelemetry-sdk")]
@@ -169,7 +179,7 @@ def run(args: argparse.Namespace) -> int:
         from ..collectors.replay import gpus_only
 
         replay = gpus_only(args.replay)  # InputError (exit 2) for a file that is not a recording
-    _check_installed(protocol, listen is not None)
+    check_installed(protocol, listen is not None)
 
     endpoint_server = None
     if listen is not None:

@@ -40,6 +40,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--top", type=positive_int, default=10, help="rows in the summary's top lists (default 10)")
     parser.add_argument("--replay", metavar="FILE", help="play a recording (gpuscope record) back as the GPU telemetry, "
                         "looping, instead of reading the GPUs: for demos and tests")
+    parser.add_argument("--otlp", nargs="?", const="", default=None, metavar="URL",
+                        help="export the run's telemetry over OTLP while it runs and, at the end, its spans (the "
+                             "run, its profiler windows, its marks as events), inside the caller's trace when "
+                             "TRACEPARENT is set; URL as for `gpuscope monitor --otlp` (docs/otel.md)")
+    parser.add_argument("--otlp-protocol", default=None, metavar="PROTOCOL", help="grpc or http/protobuf (default: "
+                        "OTEL_EXPORTER_OTLP_PROTOCOL, else http/protobuf)")
     parser.add_argument("-q", "--quiet", action="store_true", help="no status line or progress on stderr")
     parser.add_argument("cmd", nargs=argparse.REMAINDER, metavar="-- CMD ARGS", help="the command to run")
     shared = parser._option_string_actions.get("--json")
@@ -76,10 +82,20 @@ def run(args: argparse.Namespace) -> int:
     profile = ProfileConfig(enabled=not args.no_profile and args.profile_windows > 0, delay_s=args.profile_delay,
                             duration_s=args.profile_duration, windows=args.profile_windows,
                             interval_s=args.profile_interval)
+    otlp = None
+    if args.otlp is not None:
+        from .monitor import check_endpoint, check_installed, export_interval_s, resolve_protocol
+
+        protocol = resolve_protocol(args.otlp_protocol)
+        check_installed(protocol, False)
+        otlp = (check_endpoint(args.otlp) if args.otlp else None, protocol, export_interval_s())
+    elif args.otlp_protocol is not None:
+        raise InputError("--otlp-protocol", "given without --otlp")
     tty = sys.stderr.isatty() and not args.quiet
     opts = RunOptions(command=cmd, db=Path(db_path(args)), name=args.name, hz=args.hz, profile=profile,
                       tokens=args.tokens, status_line=tty, analyze=not args.no_analyze,
-                      replay=Path(args.replay) if args.replay else None, child_stdout_to_stderr=bool(args.json))
+                      replay=Path(args.replay) if args.replay else None, child_stdout_to_stderr=bool(args.json),
+                      otlp=otlp)
     progress = None if args.quiet else (lambda msg: print(f"gpuscope run: {msg}", file=sys.stderr, flush=True))
     outcome = execute(opts, progress)
     summary: dict[str, Any] = outcome.summary

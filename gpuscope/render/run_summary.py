@@ -86,6 +86,13 @@ def render_run_summary(summary: dict[str, Any], top: int = 10, width: int = DEFA
         out.append(f"  traces not ingested: {summary['ingest_error']}")
     for note in (summary.get("profiler") or {}).get("notes") or ():
         out.append(f"  profiler: {note}")
+    otlp = summary.get("otlp")
+    if otlp:
+        failed = f" ({otlp['metric_export_failures']} failed)" if otlp.get("metric_export_failures") else ""
+        out.append(f"  OTLP ({otlp['protocol']}): {otlp['metric_exports']} metric export(s){failed}; "
+                   f"{otlp['spans']} span(s) and {otlp['mark_events']} mark event(s) "
+                   f"{'exported' if otlp.get('spans_exported') else 'NOT exported'}"
+                   + (", inside the caller's trace (TRACEPARENT)" if otlp.get("parent_traceparent") else ""))
     tele = summary.get("telemetry") or {}
     for g in tele.get("gpus", []):
         out.append(f"  {g['key']} ({g.get('name') or '?'}): {_telemetry_stats(g['run'])}")

@@ -68,6 +68,9 @@ class RunOptions:
     replay: Path | None = None
     #: The child's stdout goes to gpuscope's stderr (``--json``: stdout carries the document only).
     child_stdout_to_stderr: bool = False
+    #: ``--otlp``: (endpoint or None for the OTEL_* variables, protocol, export interval in s):
+    #: the telemetry as OpenTelemetry metrics while the run runs, and its spans at the end.
+    otlp: tuple[str | None, str, float] | None = None
 
 
 @dataclass
@@ -78,6 +81,8 @@ class RunOutcome:
     exit_code: int
     run_dir: Path
     summary: dict[str, Any]
+    #: the child's marks as it wrote them (for the run's spans)
+    marks: list[dict[str, Any]] = field(default_factory=list)
 
 
 def _check_command(cmd: list[str]) -> None:
@@ -185,7 +190,8 @@ def execute(opts: RunOptions, progress: Any = None) -> RunOutcome:
     else:
         collectors = default_collectors(tree)
     degraded: list[Any] = []
-    sampler = Sampler(collectors, [sink, live], interval_s=1.0 / opts.hz, tree=tree,
+    otel = _OtlpRun(opts, name) if opts.otlp is not None else None
+    sampler = Sampler(collectors, [sink, live] + ([otel.state] if otel else []), interval_s=1.0 / opts.hz, tree=tree,
                       on_degradation=degraded.append)
     sampler.start()
     run_id = int(sink.run_id)  # type: ignore[arg-type]
@@ -254,7 +260,59 @@ def execute(opts: RunOptions, progress: Any = None) -> RunOutcome:
             note = window_missed_gpu_note(opts.profile, outcome.summary)
             if note:
                 outcome.summary["profiler"]["notes"].append(note)
+    if otel is not None:
+        outcome.summary["otlp"] = otel.finish(outcome, name, redact_command(opts.command), started_ns, ended_ns, say)
     return outcome
+
+
+class _OtlpRun:
+    """``gpuscope run --otlp``: the run's telemetry as OpenTelemetry metrics while it runs (the
+    monitor's instruments, the resource naming the run) and its spans at the end."""
+
+    def __init__(self, opts: RunOptions, name: str) -> None:
+        from opentelemetry.sdk.metrics.export import PeriodicExportingMetricReader
+
+        from ..machine import hostname
+        from ..otel.export import QueueingExporter, otlp_exporter
+        from ..otel.sink import TelemetryState, meter_provider
+
+        assert opts.otlp is not None
+        self.endpoint, self.protocol, export_s = opts.otlp
+        self.resource = {"host.name": hostname(), "gpuscope.run.name": name}
+        if not os.environ.get("OTEL_SERVICE_NAME"):
+            self.resource["service.name"] = "gpuscope-run"
+        self.state = TelemetryState()
+        inner = otlp_exporter(self.endpoint, self.protocol, timeout_s=min(5.0, export_s))
+        self.queue = QueueingExporter(inner, self.endpoint or f"the OTEL_EXPORTER_OTLP_* endpoint ({self.protocol})",
+                                      log=lambda line: None)  # the summary says how it went
+        self.provider = meter_provider(self.state, [PeriodicExportingMetricReader(
+            self.queue.exporter, export_interval_millis=export_s * 1000)], self.resource)
+
+    def finish(self, outcome: RunOutcome, name: str, command: str | None, started_ns: int, ended_ns: int,
+               say: Any) -> dict[str, Any]:
+        from ..otel.spans import export_spans, run_span_plan
+
+        try:
+            self.provider.force_flush(timeout_millis=10_000)
+        finally:
+            self.provider.shutdown()
+        plan = run_span_plan(outcome.summary, name=name, command=command, started_ns=started_ns, ended_ns=ended_ns,
+                             windows=outcome.summary.get("windows") or [], marks=outcome.marks)
+        traceparent = os.environ.get("TRACEPARENT")
+        try:
+            spans_ok = export_spans(plan, self.endpoint, self.protocol, self.resource, traceparent=traceparent,
+                                    tracestate=os.environ.get("TRACESTATE"))
+        except Exception as exc:  # the run is stored: a tracing failure is a note, not an error
+            spans_ok = False
+            say(f"OTLP: the run's spans were not exported ({type(exc).__name__}: {exc})")
+        doc = {"protocol": self.protocol, "metric_exports": self.queue.sent, "metric_export_failures": self.queue.failures,
+               "metric_exports_dropped": self.queue.dropped, "spans_exported": spans_ok,
+               "spans": 1 + len(plan["children"]), "mark_events": len(plan["events"]),
+               "parent_traceparent": bool(traceparent)}
+        if not spans_ok or self.queue.failures:
+            say(f"OTLP: {self.queue.failures} metric export(s) failed; spans "
+                f"{'exported' if spans_ok else 'not exported'} (is the endpoint up?)")
+        return doc
 
 
 def window_missed_gpu_note(profile: ProfileConfig, summary: dict[str, Any]) -> str | None:
@@ -309,7 +367,7 @@ def _store(opts: RunOptions, say: Any, sampler: Any, degraded: list[Any], run_id
                    profiler={"enabled": opts.profile.enabled,
                              "notes": profiler_notes(opts.profile, events, windows, len(traces), started_ns,
                                                      stops[0][1] if stops else None)})
-    return RunOutcome(run_id, code, run_dir, summary)
+    return RunOutcome(run_id, code, run_dir, summary, marks=marks)
 
 
 def _stderr_fd() -> int:
