@@ -648,3 +648,22 @@ def test_span_plan_has_a_child_per_window_and_the_analysis_shares() -> None:
     assert [c["name"] for c in plan["children"]] == ["profiler window 1"]
     assert plan["children"][0]["attributes"]["gpuscope.window.written_ns"] == 260
     assert plan["events"] == [{"name": "decode", "ts_ns": 150, "attributes": {"gpuscope.mark.tokens": 2}}]
+
+
+@pytest.mark.slow
+def test_sigterm_exports_what_monitor_holds_before_exiting() -> None:
+    """An export interval far beyond the test: the one export the receiver gets is the flush at
+    SIGTERM, with the replay's values."""
+    rx = _HttpReceiver()
+    try:
+        p = _monitor("--otlp", f"http://127.0.0.1:{rx.port}", "--interval", "0.2",
+                     env={"OTEL_METRIC_EXPORT_INTERVAL": "600000"})
+        time.sleep(3.0)
+        assert not rx.requests  # nothing periodic yet
+        p.send_signal(signal.SIGTERM)
+        out, err = p.communicate(timeout=60)
+        assert p.returncode == 0, err
+        assert len(rx.requests) == 1
+        _check_otlp(rx.requests)
+    finally:
+        rx.close()

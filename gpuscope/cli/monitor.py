@@ -284,8 +284,7 @@ def _monitor(args: argparse.Namespace, replay: Any, protocol: str | None, endpoi
         for s, h in previous.items():
             signal.signal(s, h)
         sampler.stop()
-        provider.force_flush(timeout_millis=10_000)  # what it holds goes out before the exit
-        provider.shutdown()
+        provider.shutdown(timeout_millis=10_000)  # the readers' last collection and export: what it holds goes out
     return 0
 
 

@@ -292,10 +292,7 @@ class _OtlpRun:
                say: Any) -> dict[str, Any]:
         from ..otel.spans import export_spans, run_span_plan
 
-        try:
-            self.provider.force_flush(timeout_millis=10_000)
-        finally:
-            self.provider.shutdown()
+        self.provider.shutdown(timeout_millis=10_000)  # the last collection and export
         plan = run_span_plan(outcome.summary, name=name, command=command, started_ns=started_ns, ended_ns=ended_ns,
                              windows=outcome.summary.get("windows") or [], marks=outcome.marks)
         traceparent = os.environ.get("TRACEPARENT")
