@@ -162,6 +162,8 @@ class _AmdGpu:
     mem_usage: bool = True
     power_cap_last: float = -1e18
     power_cap: bool = True
+    ecc: bool = True
+    ecc_last: float = -1e18
     procs: bool = True
     procs_last: float = -1e18
     proc_gfx_ns: dict[int, tuple[int, int]] = field(default_factory=dict)  # pid -> (engine ns, ts ns)
@@ -291,6 +293,16 @@ class AmdSmiCollector(Collector):
             g.power_cap = False
             unsupported["power_limit_w"] = amdsmi_error_reason(exc)
         try:
+            if self._ecc(g):
+                supported |= {"ecc_corrected_errors", "ecc_uncorrected_errors"}
+            else:
+                g.ecc = False
+                unsupported["ecc_corrected_errors"] = unsupported["ecc_uncorrected_errors"] = \
+                    "no ECC counts from amdsmi on this GPU"
+        except Exception as exc:
+            g.ecc = False
+            unsupported["ecc_corrected_errors"] = unsupported["ecc_uncorrected_errors"] = amdsmi_error_reason(exc)
+        try:
             api.amdsmi_get_gpu_process_list(h)
             supported |= {"proc_gpu_mem_bytes", "proc_gpu_util"}
         except Exception as exc:
@@ -379,6 +391,16 @@ class AmdSmiCollector(Collector):
         used = api.amdsmi_get_gpu_memory_usage(g.handle, vram_type)  # bytes
         return {"mem_used_bytes": int(used) if isinstance(used, (int, float)) and used >= 0 else None}
 
+    def _ecc(self, g: _AmdGpu) -> dict[str, int]:
+        """The total ECC counts (``amdsmi_get_gpu_total_ecc_count``) as metric values."""
+        counts = self.api.amdsmi_get_gpu_total_ecc_count(g.handle) or {}
+        out = {}
+        for key, metric in (("correctable_count", "ecc_corrected_errors"), ("uncorrectable_count", "ecc_uncorrected_errors")):
+            n = _num(counts.get(key))
+            if n is not None and 0 <= n < 2**63:
+                out[metric] = int(n)
+        return out
+
     def _power_cap(self, g: _AmdGpu) -> float | None:
         cap = self.api.amdsmi_get_power_cap_info(g.handle)
         return _power_cap_w(cap.get("power_cap"))
@@ -439,6 +461,12 @@ class AmdSmiCollector(Collector):
                 values["power_limit_w"] = self._power_cap(g)
             except Exception as exc:
                 g.power_cap = not self._failed(g, "power_limit_w", exc)
+        if g.ecc and mono - g.ecc_last >= 1.0:
+            g.ecc_last = mono
+            try:
+                values.update(self._ecc(g))
+            except Exception as exc:
+                g.ecc = not self._failed(g, "ecc_corrected_errors", exc)
         procs: tuple[ProcessSample, ...] = ()
         if g.procs and self._pids and mono - g.procs_last >= self.process_interval_s:
             g.procs_last = mono

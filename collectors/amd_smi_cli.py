@@ -131,6 +131,11 @@ def parse_amd_smi_metric(doc: Any) -> dict[int, dict[str, float | int | None]]:
         total = _with_unit(mem.get("total_vram"), _MEM)
         v["mem_used_bytes"] = int(used) if used is not None and used >= 0 else None
         v["mem_total_bytes"] = int(total) if total is not None and total > 0 else None
+        ecc = _section(e, "ecc")
+        for key, metric in (("total_correctable_count", "ecc_corrected_errors"),
+                            ("total_uncorrectable_count", "ecc_uncorrected_errors")):
+            n = _num(ecc.get(key))
+            v[metric] = int(n) if n is not None and 0 <= n < 2**63 else None
         bw = _with_unit(_pick(e, "pcie", "bandwidth"), _RATE)
         v["pcie_bytes_per_s"] = bw if bw is not None and bw >= 0 else None
         ts = _num(e.get("timestamp"))  # watch mode: epoch seconds

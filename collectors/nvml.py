@@ -69,6 +69,8 @@ __all__ = ["NvmlCollector", "import_pynvml", "nvml_error_reason"]
 INSTALL_HINT = "nvidia-ml-py not installed (pip install 'gpuscope[nvidia]')"
 
 # Field ids (pynvml.NVML_FI_DEV_*), fixed by the C API.
+FI_ECC_SBE_VOL_TOTAL = 3  # corrected ECC errors since the driver loaded
+FI_ECC_DBE_VOL_TOTAL = 4  # uncorrected
 FI_MEMORY_TEMP = 82
 FI_TOTAL_ENERGY_CONSUMPTION = 83  # mJ since driver load
 FI_NVLINK_LINK_COUNT = 91
@@ -88,7 +90,7 @@ FI_PCIE_COUNT_RX_BYTES = 198
 SLOW_FIELD_S = 1e-3
 #: The counters, grouped: a group is read together, so a rate or a sum never mixes readings of
 #: two ticks (PCIe tx with rx, every NVLink link).
-_COUNTER_GROUPS = (("energy",), ("_pcie_tx", "_pcie_rx"), ("_nvl_",))
+_COUNTER_GROUPS = (("energy",), ("_pcie_tx", "_pcie_rx"), ("_nvl_",), ("ecc_",))
 
 # GPM metric ids (pynvml.NVML_GPM_METRIC_*); values are percent unless stated.
 GPM_SM_UTIL = 2
@@ -315,6 +317,8 @@ class NvmlCollector(Collector):
             ((FI_POWER_CURRENT_LIMIT, 0), "power_limit_w"),
             ((FI_PCIE_COUNT_TX_BYTES, 0), "_pcie_tx"),
             ((FI_PCIE_COUNT_RX_BYTES, 0), "_pcie_rx"),
+            ((FI_ECC_SBE_VOL_TOTAL, 0), "ecc_corrected_errors"),
+            ((FI_ECC_DBE_VOL_TOTAL, 0), "ecc_uncorrected_errors"),
         ]
         field_errors: dict[str, str] = {}
         nvlinks = 0
@@ -401,6 +405,11 @@ class NvmlCollector(Collector):
         for name in ("power_instant_w", "mem_temp_c"):
             if name not in supported:
                 unsupported.setdefault(name, field_errors.get(name, "not supported by this GPU"))
+        for name in ("ecc_corrected_errors", "ecc_uncorrected_errors"):
+            if name not in supported:
+                why = field_errors.get(name, "not supported by this GPU")
+                unsupported.setdefault(name, "no ECC on this GPU or ECC mode off (nvidia-smi -q -d ECC)"
+                                       if why == nvml_error_reason(_Err(_NOT_SUPPORTED)) else why)
 
         # 3. GPM (Hopper+): SM / tensor / DRAM activity, and PCIe / NVLink rates when the
         # counters above are missing
@@ -593,6 +602,9 @@ class NvmlCollector(Collector):
                                 ("power_limit_w", 1e-3), ("mem_temp_c", 1.0)):
                 if name in raw:
                     values[name] = raw[name][0] * scale
+            for name in ("ecc_corrected_errors", "ecc_uncorrected_errors"):
+                if name in raw:
+                    values[name] = int(raw[name][0])
             if "_pcie_tx" in raw or "_pcie_rx" in raw:
                 tx = self._rate(gpu, "pcie_tx", raw.get("_pcie_tx"))
                 rx = self._rate(gpu, "pcie_rx", raw.get("_pcie_rx"))

@@ -67,6 +67,9 @@ METRICS: tuple[Metric, ...] = (
     Metric("proc_count", "INTEGER", "Processes in the watched process tree", "gpuscope.process.count", "{process}", scope="host"),
     # Schema version 4.
     Metric("mem_reserved_bytes", "BIGINT", "Device memory the driver reserves for itself (NVML v2 memory query; not part of mem_used_bytes)", "gpuscope.gpu.memory.reserved", "By"),
+    # Schema version 5.
+    Metric("ecc_corrected_errors", "BIGINT", "Corrected (single-bit) memory ECC errors since the driver loaded (NVML volatile SBE total; AMD correctable count)", "hw.errors", "{error}", "counter"),
+    Metric("ecc_uncorrected_errors", "BIGINT", "Uncorrected (double-bit) memory ECC errors since the driver loaded (NVML volatile DBE total; AMD uncorrectable count)", "hw.errors", "{error}", "counter"),
 )
 
 METRIC_NAMES: tuple[str, ...] = tuple(m.name for m in METRICS)

@@ -521,3 +521,17 @@ def test_amd_device_clocks_without_amdsmi_is_empty(monkeypatch: pytest.MonkeyPat
 
     monkeypatch.setattr("gpuscope.collectors.amd_smi_api.import_amdsmi", lambda *a, **k: (None, None, ["absent"]))
     assert device_clocks("0000:0c:00.0", 0) == {}
+
+
+def test_ecc_counts_from_amdsmi_and_the_cli() -> None:
+    fake, c, devs = _open()
+    assert {"ecc_corrected_errors", "ecc_uncorrected_errors"} <= set(devs["gpu0"].supported)
+    v = _rows(c)["gpu0"].values
+    assert v["ecc_corrected_errors"] == 3 and v["ecc_uncorrected_errors"] == 0
+    # the other partitions' table has no ECC counts: a reason, not a blank
+    other = next(d for k, d in devs.items() if k != "gpu0")
+    assert "ecc_corrected_errors" in other.unsupported and other.unsupported["ecc_corrected_errors"]
+    # `amd-smi metric --json` (a real ROCm output): its ecc section, both zero
+    doc = json.loads((TABLES / "amdsmi_cli_gpu_data.json").read_text())["metric"][0]
+    got = parse_amd_smi_metric(doc)
+    assert all(g["ecc_corrected_errors"] == 0 and g["ecc_uncorrected_errors"] == 0 for g in got.values())

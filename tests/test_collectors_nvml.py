@@ -461,3 +461,11 @@ def test_device_clocks_without_nvml_is_empty() -> None:
 
     assert device_clocks("GPU-x", nvml=FakeNvml({"init_error": "DRIVER_NOT_LOADED", "devices": []})) == {}
     assert device_clocks(None, None, nvml=FakeNvml("nvml_h100_a100.json")) == {}
+
+
+def test_ecc_error_counters_and_why_a_gpu_has_none() -> None:
+    fake, c, devs = _open("nvml_h100_a100.json")
+    v = _rows(c)["gpu0"].values
+    assert v["ecc_corrected_errors"] == 12 and v["ecc_uncorrected_errors"] == 1  # fields 3 / 4: volatile SBE / DBE
+    assert isinstance(v["ecc_corrected_errors"], int)
+    assert "ECC mode off" in devs["gpu1"].unsupported["ecc_corrected_errors"]

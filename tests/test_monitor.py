@@ -667,3 +667,18 @@ def test_sigterm_exports_what_monitor_holds_before_exiting() -> None:
         _check_otlp(rx.requests)
     finally:
         rx.close()
+
+
+def test_ecc_errors_are_hw_errors_by_error_type_and_dcgm_counters() -> None:
+    from gpuscope.collectors.base import DeviceInfo
+    from gpuscope.otel.dcgm import labels, samples
+    from gpuscope.otel.names import device_attributes, points
+
+    d = DeviceInfo(key="gpu0", vendor="nvidia", index=0, name="NVIDIA H100 80GB HBM3", uuid="GPU-1")
+    attrs = device_attributes(d)
+    pts = {(n, dict(a).get("error.type")): v for n, v, a in
+           points(attrs, {"ecc_corrected_errors": 12, "ecc_uncorrected_errors": 1}, lost=False, host=False)
+           if n == "hw.errors"}
+    assert pts == {("hw.errors", "corrected"): 12.0, ("hw.errors", "uncorrected"): 1.0}
+    got = {n: (k, v) for n, k, _, v in samples(labels(d, "h", None), {"ecc_corrected_errors": 12})}
+    assert got["DCGM_FI_DEV_ECC_SBE_VOL_TOTAL"] == ("counter", 12.0) and "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL" not in got

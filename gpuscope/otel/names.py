@@ -51,6 +51,7 @@ INSTRUMENTS: tuple[Instrument, ...] = (
     Instrument("hw.power", "gauge", "W", "Instantaneous power consumed by the component"),
     Instrument("hw.energy", "counter", "J", "Energy consumed by the component (the vendor's counter)"),
     Instrument("hw.temperature", "gauge", "Cel", "Temperature in degrees Celsius"),
+    Instrument("hw.errors", "counter", "{error}", "Number of errors encountered by the component (memory ECC, since the driver loaded)"),
     Instrument("hw.status", "updown", "1", "Operational status: 1 (true) or 0 (false) for each of the possible states"),
     Instrument("gpuscope.gpu.memory.busy", "gauge", "1",
                "Fraction of the sample period in which device memory was read or written (NVML utilization.memory, AMD umc_activity)"),
@@ -88,6 +89,8 @@ DIRECT: dict[str, Attrs] = {
     "sm_clock_mhz": (), "mem_clock_mhz": (), "sm_active": (), "sm_occupancy": (), "tensor_active": (),
     "dram_bw_util": (), "throttle_reasons": (), "fan_speed": (),
     "host_cpu_util": (), "host_mem_used_bytes": (), "host_mem_total_bytes": (),
+    "ecc_corrected_errors": (("error.type", "corrected"),),
+    "ecc_uncorrected_errors": (("error.type", "uncorrected"),),
 }
 #: Byte rates integrated into byte counters: stored rate -> ``network.io.direction`` (None: the
 #: vendor gives no split, AMD's PCIe total).

@@ -16,7 +16,7 @@ from ..redact import redact_command
 if TYPE_CHECKING:  # pragma: no cover
     import duckdb
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 #: Block size of new store files: DuckDB's default (256 KiB) makes even an empty store large;
 #: 64 KiB blocks keep small runs small at no measurable cost in speed (bench/README.md).
 STORE_BLOCK_SIZE = 65536
@@ -255,7 +255,13 @@ def _migration_3_to_4(con: duckdb.DuckDBPyConnection) -> None:
             con.execute("UPDATE runs SET command = ? WHERE id = ?", [redacted, run_id])
 
 
-MIGRATIONS = (_migration_0_to_1, _migration_1_to_2, _migration_2_to_3, _migration_3_to_4)
+def _migration_4_to_5(con: duckdb.DuckDBPyConnection) -> None:
+    # memory ECC error counters (hw.errors for monitor)
+    con.execute("ALTER TABLE samples ADD COLUMN IF NOT EXISTS ecc_corrected_errors BIGINT")
+    con.execute("ALTER TABLE samples ADD COLUMN IF NOT EXISTS ecc_uncorrected_errors BIGINT")
+
+
+MIGRATIONS = (_migration_0_to_1, _migration_1_to_2, _migration_2_to_3, _migration_3_to_4, _migration_4_to_5)
 assert len(MIGRATIONS) == SCHEMA_VERSION
 
 

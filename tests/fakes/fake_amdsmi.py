@@ -158,6 +158,9 @@ class FakeAmdSmi:
     def amdsmi_get_gpu_process_list(self, h: _Handle) -> list[dict[str, Any]]:
         return self._get(h, "processes")
 
+    def amdsmi_get_gpu_total_ecc_count(self, h: _Handle) -> dict[str, Any]:
+        return self._get(h, "ecc")  # {"correctable_count", "uncorrectable_count", "deferred_count"}
+
 
 class FakeAmdSmiCli:
     """A runner for :class:`AmdSmiCliCollector`: returns recorded ``amd-smi`` JSON output.
