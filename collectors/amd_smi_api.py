@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from types import ModuleType
 from typing import Any
 
-from .amd_values import _KIB, _NO_RESERVED, _mhz, _num, _nums, _power_cap_w, _str, _try, _watts, gfx_to_capability
+from .amd_values import _KIB, _NO_RESERVED, _NO_XID, _mhz, _num, _nums, _power_cap_w, _str, _try, _watts, gfx_to_capability
 from .base import (
     GPU_METRIC_NAMES,
     Collector,
@@ -315,6 +315,8 @@ class AmdSmiCollector(Collector):
         unsupported.setdefault("pcie_rx_bytes_per_s", unsupported["pcie_tx_bytes_per_s"])
         unsupported.setdefault("fan_speed", "no fan speed ratio in amdsmi gpu_metrics (RPM only)")
         unsupported.setdefault("mem_reserved_bytes", _NO_RESERVED)
+        unsupported.setdefault("xid_errors", _NO_XID)
+        unsupported.setdefault("last_xid", _NO_XID)
         info.supported = tuple(m for m in GPU_METRIC_NAMES if m in supported)
         info.unsupported = {m: unsupported.get(m, "not supported by this GPU")
                             for m in GPU_METRIC_NAMES if m not in supported}

@@ -19,7 +19,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from .amd_cli_output import failure_reason, has_json_document, split_json_output
-from .amd_values import _KIB, _MIB, _NO_RESERVED, _mhz, _num, _str, _watts, gfx_to_capability
+from .amd_values import _KIB, _MIB, _NO_RESERVED, _NO_XID, _mhz, _num, _str, _watts, gfx_to_capability
 from .base import (
     GPU_METRIC_NAMES,
     Collector,
@@ -285,6 +285,7 @@ class AmdSmiCliCollector(Collector):
                       "xgmi_nvlink_tx_bytes_per_s", "xgmi_nvlink_rx_bytes_per_s"):
                 reasons[m] = "not read through the amd-smi CLI fallback (install amdsmi for it)"
             reasons["mem_reserved_bytes"] = _NO_RESERVED
+            reasons["xid_errors"] = reasons["last_xid"] = _NO_XID
             info.unsupported = {m: reasons[m] for m in GPU_METRIC_NAMES if m not in supported}
             self._index_to_key[idx] = info.key
             devices.append(info)

@@ -9,6 +9,8 @@ from typing import Any
 # usage has no such figure.
 _NO_RESERVED = "amdsmi reports no driver-reserved memory apart from used (an NVML v2 figure)"
 _KIB = 1024
+#: Why an AMD GPU has no XID metrics.
+_NO_XID = "XID errors are NVIDIA's (NVML events); AMD reports RAS errors instead (not read yet)"
 _MIB = 1024 * 1024
 
 

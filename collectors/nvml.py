@@ -102,6 +102,10 @@ GPM_PCIE_RX_PER_SEC = 21
 GPM_NVLINK_TOTAL_RX_PER_SEC = 60  # MiB/s
 GPM_NVLINK_TOTAL_TX_PER_SEC = 61
 
+#: nvmlEventTypeXidCriticalError: the event NVML raises for an XID error.
+EVENT_XID = 0x8
+#: How often the XID event set is drained (each drain is a non-blocking wait per event).
+XID_POLL_S = 1.0
 ARCH_HOPPER = 9
 _ARCH_NAMES = {2: "Kepler", 3: "Maxwell", 4: "Pascal", 5: "Volta", 6: "Turing", 7: "Ampere", 8: "Ada",
                9: "Hopper", 10: "Blackwell"}
@@ -163,6 +167,9 @@ class _Gpu:
     proc_util: bool = False
     proc_last_mono: float = -1e18
     proc_last_seen_us: int = 0
+    xid: bool = False  # registered for XID events
+    xid_count: int = 0
+    last_xid: int = 0
     lost: bool = False
 
 
@@ -193,6 +200,8 @@ class NvmlCollector(Collector):
         self.driver_version: str | None = None
         self._gpus: list[_Gpu] = []
         self._pids: frozenset[int] = frozenset()
+        self._xid_set: Any = None
+        self._xid_last = -1e18
         self._initialised = False
 
     # ------------------------------------------------------------------ open / probe
@@ -221,9 +230,60 @@ class NvmlCollector(Collector):
             for g in self._open_gpu(i):
                 self._gpus.append(g)
                 devices.append(g.info)
+        self._register_xid()
         self.status = VendorStatus("nvidia", True, "nvml",
                                    details={"driver_version": self.driver_version, "gpus": count})
         return devices
+
+    def _register_xid(self) -> None:
+        """Ask NVML for XID error events on every GPU (not MIG instances: their parent's events
+        cover them); a GPU or driver that refuses says why in ``unsupported``."""
+        mod = self.nvml
+        self._xid_set = None
+        names = ("xid_errors", "last_xid")
+        try:
+            self._xid_set = mod.nvmlEventSetCreate()
+            why = None
+        except Exception as exc:
+            why = f"XID events: {nvml_error_reason(exc)}"
+        for gpu in self._gpus:
+            if gpu.lost or gpu.info.kind != "gpu":
+                reason = "XID events come with the parent GPU" if gpu.info.kind == "mig" else (why or "lost")
+            elif self._xid_set is None:
+                reason = why or "XID events unavailable"
+            else:
+                try:
+                    mod.nvmlDeviceRegisterEvents(gpu.handle, EVENT_XID, self._xid_set)
+                    gpu.xid = True
+                    gpu.info.supported = tuple(m for m in GPU_METRIC_NAMES if m in set(gpu.info.supported) | set(names))
+                    for m in names:
+                        gpu.info.unsupported.pop(m, None)
+                    continue
+                except Exception as exc:
+                    reason = f"XID events: {nvml_error_reason(exc)}"
+            for m in names:
+                gpu.info.unsupported[m] = reason
+        self._xid_last = -1e18
+
+    def _drain_xid(self) -> None:
+        """Count the XID events NVML holds (a non-blocking wait until it has none)."""
+        mod, es = self.nvml, self._xid_set
+        wait = getattr(mod, "nvmlEventSetWait_v2", None) or mod.nvmlEventSetWait
+        by_uuid = {gpu.info.uuid: gpu for gpu in self._gpus if gpu.xid}
+        for _ in range(1000):  # a storm of events must not hold the tick forever
+            try:
+                ev = wait(es, 0)
+            except Exception:  # NVML_ERROR_TIMEOUT: nothing pending (or the set failed: next time)
+                return
+            if not int(getattr(ev, "eventType", 0)) & EVENT_XID:
+                continue
+            try:
+                gpu = by_uuid.get(_s(mod.nvmlDeviceGetUUID(ev.device)))
+            except Exception:
+                gpu = None
+            if gpu is not None:
+                gpu.xid_count += 1
+                gpu.last_xid = int(ev.eventData)
 
     def _open_gpu(self, index: int) -> list[_Gpu]:
         mod = self.nvml
@@ -556,6 +616,9 @@ class NvmlCollector(Collector):
 
     def sample(self) -> list[Sample]:
         out: list[Sample] = []
+        if self._xid_set is not None and time.monotonic() - self._xid_last >= XID_POLL_S:
+            self._xid_last = time.monotonic()
+            self._drain_xid()
         for gpu in self._gpus:
             if gpu.lost:
                 continue
@@ -627,6 +690,8 @@ class NvmlCollector(Collector):
             except Exception as exc:
                 if self._read_failed(gpu, "/".join(rd.metrics), exc):
                     gpu.reads.remove(rd)
+        if gpu.xid:
+            values["xid_errors"], values["last_xid"] = gpu.xid_count, gpu.last_xid
         if gpu.gpm_ids and mono - gpu.gpm_last_mono >= self.gpm_min_interval_s:
             values.update(self._gpm_metrics(gpu, mono))
         if gpu.proc_reads and self._pids and mono - gpu.proc_last_mono >= self.process_interval_s:
@@ -753,6 +818,12 @@ class NvmlCollector(Collector):
     # ------------------------------------------------------------------ close
     def _close(self) -> None:
         mod = self.nvml
+        if getattr(self, "_xid_set", None) is not None:
+            try:
+                mod.nvmlEventSetFree(self._xid_set)
+            except Exception:
+                pass
+            self._xid_set = None
         for gpu in self._gpus:
             for s in gpu.gpm_samples:
                 try:

@@ -69,6 +69,8 @@ METRICS: tuple[Metric, ...] = (
     Metric("mem_reserved_bytes", "BIGINT", "Device memory the driver reserves for itself (NVML v2 memory query; not part of mem_used_bytes)", "gpuscope.gpu.memory.reserved", "By"),
     # Schema version 5.
     Metric("ecc_corrected_errors", "BIGINT", "Corrected (single-bit) memory ECC errors since the driver loaded (NVML volatile SBE total; AMD correctable count)", "hw.errors", "{error}", "counter"),
+    Metric("xid_errors", "BIGINT", "Critical XID errors the driver reported since the sampler opened the GPU (NVML events)", "hw.errors", "{error}", "counter"),
+    Metric("last_xid", "INTEGER", "The code of the last critical XID error since the sampler opened the GPU (0: none)", "gpuscope.gpu.xid.last", "1"),
     Metric("ecc_uncorrected_errors", "BIGINT", "Uncorrected (double-bit) memory ECC errors since the driver loaded (NVML volatile DBE total; AMD uncorrectable count)", "hw.errors", "{error}", "counter"),
 )
 

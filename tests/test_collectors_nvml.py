@@ -469,3 +469,32 @@ def test_ecc_error_counters_and_why_a_gpu_has_none() -> None:
     assert v["ecc_corrected_errors"] == 12 and v["ecc_uncorrected_errors"] == 1  # fields 3 / 4: volatile SBE / DBE
     assert isinstance(v["ecc_corrected_errors"], int)
     assert "ECC mode off" in devs["gpu1"].unsupported["ecc_corrected_errors"]
+
+
+def test_xid_events_are_counted_per_gpu_with_the_last_code() -> None:
+    fake, c, devs = _open("nvml_h100_a100.json")
+    assert {"xid_errors", "last_xid"} <= set(devs["gpu0"].supported)
+    v = _rows(c)["gpu0"].values
+    assert v["xid_errors"] == 0 and v["last_xid"] == 0  # registered, none yet
+    c._xid_last = -1e18  # the drain is paced to once a second; the test steps faster
+    fake.step()
+    v = _rows(c)["gpu0"].values
+    assert v["xid_errors"] == 1 and v["last_xid"] == 79
+    c._xid_last = -1e18
+    fake.step()
+    rows = _rows(c)
+    assert rows["gpu0"].values["xid_errors"] == 3 and rows["gpu0"].values["last_xid"] == 31
+    c.close()
+    assert "nvmlEventSetFree" in fake.calls
+
+
+def test_xid_registration_refused_says_why() -> None:
+    from fakes.fake_pynvml import load_table
+
+    table = load_table("nvml_h100_a100.json")
+    table["devices"][0]["xid_register"] = "NO_PERMISSION"
+    c = NvmlCollector(nvml=FakeNvml(table, epoch_us=EPOCH_US), gpm_min_interval_s=0.0, process_interval_s=0.0)
+    devs = {d.key: d for d in c.open()}
+    assert "xid_errors" not in devs["gpu0"].supported
+    assert "permission" in devs["gpu0"].unsupported["xid_errors"].lower()
+    assert "xid_errors" not in c.sample()[0].values

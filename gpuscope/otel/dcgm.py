@@ -27,6 +27,7 @@ DCGM: dict[str, tuple[str, str, str, float]] = {
     "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION": ("counter", "Total energy consumption since boot (in mJ).", "energy_j", 1000.0),
     "DCGM_FI_DEV_ECC_SBE_VOL_TOTAL": ("counter", "Total number of single-bit volatile ECC errors.", "ecc_corrected_errors", 1.0),
     "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL": ("counter", "Total number of double-bit volatile ECC errors.", "ecc_uncorrected_errors", 1.0),
+    "DCGM_FI_DEV_XID_ERRORS": ("gauge", "Value of the last XID error encountered.", "last_xid", 1.0),
     "DCGM_FI_DEV_GPU_TEMP": ("gauge", "GPU temperature (in C).", "temp_c", 1.0),
     "DCGM_FI_DEV_MEMORY_TEMP": ("gauge", "Memory temperature (in C).", "mem_temp_c", 1.0),
     "DCGM_FI_DEV_SM_CLOCK": ("gauge", "SM clock frequency (in MHz).", "sm_clock_mhz", 1.0),

@@ -72,6 +72,7 @@ INSTRUMENTS: tuple[Instrument, ...] = (
                "GPU memory used by one process (--per-process: the top N by memory, the rest summed)"),
     Instrument("gpuscope.gpu.process.utilization", "gauge", "1",
                "SM / gfx utilisation of one process where the vendor gives it (--per-process)"),
+    Instrument("gpuscope.gpu.xid.last", "gauge", "1", "The code of the last critical XID error since monitor started (0: none)"),
     Instrument("system.cpu.utilization", "gauge", "1", "Fraction of all host CPU time that was busy"),
     Instrument("system.memory.usage", "updown", "By", "Host memory in use"),
     Instrument("system.memory.limit", "updown", "By", "Host memory size"),
@@ -91,6 +92,8 @@ DIRECT: dict[str, Attrs] = {
     "host_cpu_util": (), "host_mem_used_bytes": (), "host_mem_total_bytes": (),
     "ecc_corrected_errors": (("error.type", "corrected"),),
     "ecc_uncorrected_errors": (("error.type", "uncorrected"),),
+    "xid_errors": (("error.type", "xid"),),
+    "last_xid": (),
 }
 #: Byte rates integrated into byte counters: stored rate -> ``network.io.direction`` (None: the
 #: vendor gives no split, AMD's PCIe total).

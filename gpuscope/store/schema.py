@@ -259,6 +259,9 @@ def _migration_4_to_5(con: duckdb.DuckDBPyConnection) -> None:
     # memory ECC error counters (hw.errors for monitor)
     con.execute("ALTER TABLE samples ADD COLUMN IF NOT EXISTS ecc_corrected_errors BIGINT")
     con.execute("ALTER TABLE samples ADD COLUMN IF NOT EXISTS ecc_uncorrected_errors BIGINT")
+    # XID errors (NVML events)
+    con.execute("ALTER TABLE samples ADD COLUMN IF NOT EXISTS xid_errors BIGINT")
+    con.execute("ALTER TABLE samples ADD COLUMN IF NOT EXISTS last_xid INTEGER")
 
 
 MIGRATIONS = (_migration_0_to_1, _migration_1_to_2, _migration_2_to_3, _migration_3_to_4, _migration_4_to_5)

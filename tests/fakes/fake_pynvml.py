@@ -357,6 +357,35 @@ class FakeNvml:
                                 valueType=vtype, nvmlReturn=0, value=_Value(raw)))
         return out
 
+    # -- XID events: a device's ``"xid_events"`` maps a tick to the XID codes raised at it;
+    # ``"xid_register"`` an error name makes registering fail ----------------------------
+    nvmlEventTypeXidCriticalError = 0x8
+
+    def nvmlEventSetCreate(self) -> _Obj:
+        self.calls.append("nvmlEventSetCreate")
+        return _Obj(handles=[], delivered=set())
+
+    def nvmlDeviceRegisterEvents(self, h: _Handle, types: int, es: _Obj) -> None:
+        self.calls.append("nvmlDeviceRegisterEvents")
+        err = self._dev(h.index).get("xid_register")
+        if err:
+            _raise_if_error(err)
+        es.handles.append(h)
+
+    def nvmlEventSetWait_v2(self, es: _Obj, timeout_ms: int) -> _Obj:
+        for h in es.handles:
+            for tick, codes in sorted(self._dev(h.index).get("xid_events", {}).items(), key=lambda kv: int(kv[0])):
+                for n, code in enumerate(codes):
+                    key = (h.index, tick, n)
+                    if int(tick) <= self.tick and key not in es.delivered:
+                        es.delivered.add(key)
+                        return _Obj(device=h, eventType=0x8, eventData=int(code), timestamp=0,
+                                    gpuInstanceId=0xFFFFFFFF, computeInstanceId=0xFFFFFFFF)
+        raise NVMLError(ERROR_CODES["TIMEOUT"])
+
+    def nvmlEventSetFree(self, es: _Obj) -> None:
+        self.calls.append("nvmlEventSetFree")
+
     def nvmlDeviceGetComputeRunningProcesses(self, h: _Handle) -> list[_Obj]:
         procs = self._get(h, "processes", "nvmlDeviceGetComputeRunningProcesses")
         return [_Obj(pid=p["pid"], usedGpuMemory=p.get("usedGpuMemory"), gpuInstanceId=0, computeInstanceId=0)
