@@ -262,3 +262,25 @@ def annotations(con: duckdb.DuckDBPyConnection, run_id: int, kinds: list[str] | 
         out.append(AnnotationRow(str(r[0]), r[1], int(r[2]), None if r[3] is None else int(r[3]),
                                  None if r[4] is None else int(r[4]), r[5], value))
     return out
+
+
+#: The tables that hold a run's rows, in the order an export writes them, with the column that
+#: names the run and the order the rows are written in.
+RUN_TABLES: dict[str, tuple[str, str]] = {
+    "runs": ("id", "id"),
+    "traces": ("run_id", "trace_id"),
+    "devices": ("run_id", "device_id"),
+    "samples": ("run_id", "device_id, ts_ns"),
+    "kernels": ("run_id", "device_id, ts_ns, stream"),
+    "ops": ("run_id", "op_id"),
+    "annotations": ("run_id", "ts_ns, kind, name"),
+    "graph_launches": ("run_id", "ts_ns"),
+    "sampler_stats": ("run_id", "started_ns"),
+}
+
+
+def run_rows_sql(table: str) -> str:
+    """A SELECT of one run's rows of ``table`` (one parameter: the run id), in a fixed order:
+    what ``gpuscope export`` copies out."""
+    key, order = RUN_TABLES[table]
+    return f"SELECT * FROM {table} WHERE {key} = ? ORDER BY {order}"

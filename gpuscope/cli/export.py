@@ -1,0 +1,45 @@
+"""`gpuscope export RUN --format parquet|csv --out DIR`: a run's tables as files for notebooks."""
+from __future__ import annotations
+
+import argparse
+import sys
+
+from .common import db_path, print_json
+
+HELP = "write a run's tables as Parquet or CSV files (one per table, with a README of the columns)"
+DESCRIPTION = (
+    "Write the run's rows of every table (runs, traces, devices, samples, kernels, ops, annotations, "
+    "graph_launches, sampler_stats) and the analysis per op and per kernel (bound class, percent of roof) "
+    "into the directory --out, one file per table, with a README.md naming every column, its type and "
+    "unit. Row counts equal the store's. The directory appears whole (written under a temporary name, "
+    "then renamed) and owner-only; an existing --out is replaced only with --force. RUN is a run id or "
+    "name (default: the newest)."
+)
+NEEDS_DB = True
+REPORTS = True
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Add this command's arguments to its sub-parser."""
+    parser.add_argument("run", nargs="?", metavar="RUN", help="run id or name (default: the newest run)")
+    parser.add_argument("--format", required=True, metavar="FORMAT", help="parquet or csv")
+    parser.add_argument("--out", required=True, metavar="DIR", help="the directory to write")
+    parser.add_argument("--force", action="store_true", help="replace --out when it exists")
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run the command; returns the exit code."""
+    from pathlib import Path
+
+    from ..export.tables import export_tables
+
+    doc = export_tables(db_path(args), args.run, Path(args.out), args.format, force=args.force)
+    if args.json:
+        print_json(doc)
+    else:
+        total = sum(doc["tables"].values())
+        print(f"run {doc['run']['id']} ({doc['run']['name']}): {total:,} rows in {len(doc['tables'])} {doc['format']} "
+              f"files under {doc['out']} (README.md names the columns)", file=sys.stdout)
+        for table, n in doc["tables"].items():
+            print(f"  {table:<16} {n:>12,}")
+    return 0

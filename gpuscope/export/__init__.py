@@ -1,0 +1,1 @@
+"""Files for other tools: ``gpuscope export`` (tables: :mod:`.tables`)."""
