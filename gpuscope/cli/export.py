@@ -22,8 +22,11 @@ REPORTS = True
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Add this command's arguments to its sub-parser."""
     parser.add_argument("run", nargs="?", metavar="RUN", help="run id or name (default: the newest run)")
-    parser.add_argument("--format", required=True, metavar="FORMAT", help="parquet or csv")
-    parser.add_argument("--out", required=True, metavar="DIR", help="the directory to write")
+    parser.add_argument("--format", required=True, metavar="FORMAT",
+                        help="perfetto (a .json.gz timeline for ui.perfetto.dev), chrome (plain .json, also for "
+                             "chrome://tracing), parquet or csv (one file per table in a directory)")
+    parser.add_argument("--out", required=True, metavar="PATH", help="the file (perfetto, chrome) or directory "
+                        "(parquet, csv) to write")
     parser.add_argument("--force", action="store_true", help="replace --out when it exists")
 
 
@@ -33,6 +36,21 @@ def run(args: argparse.Namespace) -> int:
 
     from ..export.tables import export_tables
 
+    if args.format in ("perfetto", "chrome"):
+        from ..export.timeline import export_timeline
+
+        doc = export_timeline(db_path(args), args.run, Path(args.out), args.format, force=args.force)
+        if args.json:
+            print_json(doc)
+            return 0
+        ev = doc["events"]
+        print(f"run {doc['run']['id']} ({doc['run']['name']}): {ev.get('kernels', 0):,} GPU activities, "
+              f"{ev.get('ops', 0):,} CPU ops, {ev.get('counters', 0):,} counter values, "
+              f"{ev.get('annotations', 0):,} windows and marks to {doc['out']} "
+              f"({doc['file_bytes'] / 2**20:,.1f} MiB{', gzip' if doc['gzip'] else ''}); open it in ui.perfetto.dev")
+        if doc["note"]:
+            print(f"note: {doc['note']}", file=sys.stderr)
+        return 0
     doc = export_tables(db_path(args), args.run, Path(args.out), args.format, force=args.force)
     if args.json:
         print_json(doc)
