@@ -1,0 +1,130 @@
+"""The read layer's queries for the timeline export (``gpuscope export --format
+perfetto|chrome``): one run's rows as Chrome trace-event JSON texts, built by DuckDB so that
+the exporter streams them without touching each row in Python. Kineto's shapes and names (cat
+``kernel``/``gpu_memcpy``/``gpu_memset``/``cpu_op``/``cuda_runtime``, ``ac2g`` flows, its args
+spelling) so that ``gpuscope ingest`` and other tools read the file back. Queries take the run
+id as their one parameter; ``_ka`` / ``_oa`` (per-kernel and per-op analysis) are registered by
+the caller on the cursor.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+#: Counter tracks per device: the stored metrics written as counters.
+COUNTERS = ("gpu_util", "power_w", "mem_used_bytes", "sm_clock_mhz", "mem_clock_mhz", "temp_c", "sm_active",
+            "tensor_active", "dram_bw_util", "host_cpu_util", "host_mem_used_bytes")
+#: pids of the tracks gpuscope adds (Kineto's GPU tracks use the device index as pid).
+GPUSCOPE_PID = 1_000_000
+TELEMETRY_PID = 1_000_001
+
+
+def base_ns(cur: Any, run_id: int) -> int:
+    row = cur.execute(
+        "SELECT least((SELECT min(ts_ns) FROM kernels WHERE run_id = $1), (SELECT min(ts_ns) FROM ops WHERE run_id = $1), "
+        "(SELECT min(launch_ts_ns) FROM kernels WHERE run_id = $1), (SELECT min(ts_ns) FROM samples WHERE run_id = $1), "
+        "(SELECT min(ts_ns) FROM annotations WHERE run_id = $1))", [run_id]).fetchone()
+    return int(row[0] // 1000 * 1000) if row and row[0] is not None else 0
+
+
+def device_properties(cur: Any, run_id: int) -> str:
+    rows = cur.execute(
+        "SELECT json_group_array(json_object('id', device_index, 'name', name, 'totalGlobalMem', memory_total_bytes, "
+        "'computeMajor', TRY_CAST(split_part(compute_capability, '.', 1) AS INTEGER), "
+        "'computeMinor', TRY_CAST(split_part(compute_capability, '.', 2) AS INTEGER), 'numSms', num_sms, "
+        "'warpSize', warp_size)) FROM (SELECT DISTINCT ON (device_index) * FROM devices "
+        "WHERE run_id = ? AND source <> 'telemetry' AND device_index IS NOT NULL ORDER BY device_index)",
+        [run_id]).fetchone()
+    return rows[0] if rows and rows[0] else "[]"
+
+
+def _us(col: str, base: int) -> str:
+    return f"round(({col} - {base}) / 1000.0, 3)"
+
+
+def event_queries(run_id: int, base: int) -> list[tuple[str, str, list[Any]]]:
+    """(kind, SQL yielding one JSON event text per row, parameters), in writing order."""
+    ts, dur = _us("k.ts_ns", base), "round(k.dur_ns / 1000.0, 3)"
+    gpu_pid = "coalesce(d.device_index, k.device_id)"
+    meta = f"""
+        SELECT json_object('ph', 'M', 'name', 'process_name', 'pid', pid, 'tid', 0,
+                           'args', json_object('name', label))::VARCHAR
+        FROM (SELECT DISTINCT {gpu_pid} AS pid,
+                     'GPU ' || {gpu_pid} || coalesce(' (' || d.name || ')', '') AS label
+              FROM kernels k LEFT JOIN devices d ON d.run_id = k.run_id AND d.device_id = k.device_id
+              WHERE k.run_id = $1
+              UNION ALL SELECT {GPUSCOPE_PID}, 'gpuscope: profiler windows and marks'
+              UNION ALL SELECT {TELEMETRY_PID}, 'gpuscope: telemetry')
+        UNION ALL
+        SELECT json_object('ph', 'M', 'name', 'process_sort_index', 'pid', pid, 'tid', 0,
+                           'args', json_object('sort_index', pid))::VARCHAR
+        FROM (SELECT DISTINCT {gpu_pid} AS pid FROM kernels k
+              LEFT JOIN devices d ON d.run_id = k.run_id AND d.device_id = k.device_id WHERE k.run_id = $1)"""
+    kernels = f"""
+        SELECT json_object(
+            'ph', 'X', 'cat', CASE k.kind WHEN 'memcpy' THEN 'gpu_memcpy' WHEN 'memset' THEN 'gpu_memset' ELSE 'kernel' END,
+            'name', k.name, 'pid', {gpu_pid}, 'tid', k.stream, 'ts', {ts}, 'dur', {dur},
+            'args', json_object('device', {gpu_pid}, 'stream', k.stream, 'correlation', k.correlation,
+                                'External id', k.external_id, 'grid', k.grid, 'block', k.block,
+                                'registers per thread', k.registers_per_thread, 'shared memory', k.shared_memory_bytes,
+                                'est. achieved occupancy %', k.occupancy, 'bytes', k.bytes,
+                                'gpuscope.category', k.category, 'gpuscope.bound', ka.bound,
+                                'gpuscope.pct_of_roof', ka.pct_of_roof))::VARCHAR
+        FROM kernels k LEFT JOIN devices d ON d.run_id = k.run_id AND d.device_id = k.device_id
+        LEFT JOIN _ka ka ON ka.name = k.name
+        WHERE k.run_id = $1 ORDER BY k.ts_ns"""
+    launch_ts, launch_dur = _us("k.launch_ts_ns", base), "round(coalesce(k.launch_dur_ns, 0) / 1000.0, 3)"
+    where_launch = "k.run_id = $1 AND k.launch_ts_ns IS NOT NULL AND k.correlation IS NOT NULL"
+    launches = f"""
+        SELECT json_object('ph', 'X', 'cat', 'cuda_runtime', 'name', coalesce(k.launch_name, 'launch'),
+                           'pid', coalesce(o.pid, 'launches'), 'tid', coalesce(o.tid, 'launches'),
+                           'ts', {launch_ts}, 'dur', {launch_dur},
+                           'args', json_object('correlation', k.correlation, 'External id', k.external_id))::VARCHAR
+        FROM kernels k LEFT JOIN ops o ON o.run_id = k.run_id AND o.op_id = k.op_id
+        WHERE {where_launch} ORDER BY k.launch_ts_ns"""
+    flows = f"""
+        SELECT json_object('ph', 's', 'cat', 'ac2g', 'name', 'ac2g', 'id', k.correlation, 'bp', 'e',
+                           'pid', coalesce(o.pid, 'launches'), 'tid', coalesce(o.tid, 'launches'), 'ts', {launch_ts})::VARCHAR
+        FROM kernels k LEFT JOIN ops o ON o.run_id = k.run_id AND o.op_id = k.op_id WHERE {where_launch}
+        UNION ALL
+        SELECT json_object('ph', 'f', 'cat', 'ac2g', 'name', 'ac2g', 'id', k.correlation, 'bp', 'e',
+                           'pid', {gpu_pid}, 'tid', k.stream, 'ts', {ts})::VARCHAR
+        FROM kernels k LEFT JOIN devices d ON d.run_id = k.run_id AND d.device_id = k.device_id WHERE {where_launch}"""
+    ots = _us("o.ts_ns", base)
+    ops = f"""
+        SELECT json_object('ph', 'X', 'cat', 'cpu_op', 'name', o.name, 'pid', o.pid, 'tid', o.tid,
+                           'ts', {ots}, 'dur', round(o.dur_ns / 1000.0, 3),
+                           'args', json_object('External id', o.external_id, 'Sequence number', o.sequence_number,
+                                               'Input Dims', TRY_CAST(o.input_dims AS JSON),
+                                               'Input type', TRY_CAST(o.input_types AS JSON),
+                                               'gpuscope.bound', oa.bound, 'gpuscope.intensity_flop_per_byte', oa.intensity,
+                                               'gpuscope.achieved_flops_per_s', oa.flops_per_s,
+                                               'gpuscope.achieved_bytes_per_s', oa.bytes_per_s,
+                                               'gpuscope.pct_of_roof', oa.pct_of_roof))::VARCHAR
+        FROM ops o LEFT JOIN _oa oa ON oa.name = o.name AND oa.input_dims IS NOT DISTINCT FROM o.input_dims
+                                    AND oa.input_types IS NOT DISTINCT FROM o.input_types
+        WHERE o.run_id = $1 ORDER BY o.ts_ns"""
+    unpivot = " UNION ALL ".join(
+        f"SELECT device_id, ts_ns, '{c}' AS metric, CAST({c} AS DOUBLE) AS value FROM samples "
+        f"WHERE run_id = $1 AND {c} IS NOT NULL" for c in COUNTERS)
+    counters = f"""
+        SELECT json_object('ph', 'C', 'name', d.key || ' ' || c.metric, 'pid', {TELEMETRY_PID}, 'tid', 0,
+                           'ts', {_us('c.ts_ns', base)}, 'args', json_object(c.metric, c.value))::VARCHAR
+        FROM ({unpivot}) c JOIN devices d ON d.run_id = $1 AND d.device_id = c.device_id
+        ORDER BY c.ts_ns, d.key, c.metric"""
+    notes = f"""
+        SELECT CASE WHEN a.kind = 'mark'
+            THEN json_object('ph', 'i', 's', 'p', 'cat', 'gpuscope.mark', 'name', a.name, 'pid', {GPUSCOPE_PID},
+                             'tid', 'marks', 'ts', {_us('a.ts_ns', base)}, 'args', TRY_CAST(a.value AS JSON))
+            ELSE json_object('ph', 'X', 'cat', 'gpuscope.' || a.kind, 'name', coalesce(a.name, a.kind), 'pid', {GPUSCOPE_PID},
+                             'tid', a.kind, 'ts', {_us('a.ts_ns', base)}, 'dur', round(coalesce(a.dur_ns, 0) / 1000.0, 3),
+                             'args', TRY_CAST(a.value AS JSON)) END::VARCHAR
+        FROM annotations a WHERE a.run_id = $1 AND a.kind IN ('profiler_window', 'mark', 'device_lost')
+        UNION ALL
+        SELECT json_object('ph', 'X', 'cat', CASE WHEN a.kind = 'gpu_user_annotation' THEN a.kind ELSE 'user_annotation' END,
+                           'name', a.name, 'pid', coalesce(a.pid, '{GPUSCOPE_PID}'), 'tid', coalesce(a.tid, a.kind),
+                           'ts', {_us('a.ts_ns', base)}, 'dur', round(coalesce(a.dur_ns, 0) / 1000.0, 3),
+                           'args', json_object('device', a.device_id))::VARCHAR
+        FROM annotations a WHERE a.run_id = $1 AND a.kind NOT IN ('profiler_window', 'mark', 'device_lost')"""
+    return [("metadata", meta, [run_id]), ("kernels", kernels, [run_id]), ("launches", launches, [run_id]),
+            ("flows", flows, [run_id]), ("ops", ops, [run_id]), ("counters", counters, [run_id]),
+            ("annotations", notes, [run_id])]
