@@ -130,3 +130,56 @@ def test_bad_input_exits_2(tmp_path: Path) -> None:
     r = run_cli("export", "nope", "--db", str(a), "--format", "chrome", "--out", str(tmp_path / "x.json"))
     assert r.code == 2 and "nope" in r.err and not (tmp_path / "x.json").exists()
     assert not [p for p in tmp_path.iterdir() if ".tmp-" in p.name]
+
+
+def test_from_to_and_window_cut_the_timeline(tmp_path: Path) -> None:
+    from gpuscope import store
+
+    a = tmp_path / "a.duckdb"
+    assert run_cli("ingest", "--db", str(a), "-q", str(_synthetic(tmp_path))).code == 0
+    con = store.connect(a)
+    with store.transaction(con):  # a profiler window over the second kernel only (1100-1220 µs)
+        rid = con.execute("SELECT max(id) FROM runs").fetchone()[0]
+        con.execute("INSERT INTO annotations (run_id, kind, name, ts_ns, dur_ns) VALUES (?, 'profiler_window', 'w1', ?, ?)",
+                    [rid, BASE_NS + 1_050_000, 300_000])
+    con.close()
+
+    def kernels(*flags: str) -> list[str]:
+        out = tmp_path / "cut.json"
+        r = run_cli("export", "--db", str(a), "--format", "chrome", "--out", str(out), "--force", *flags)
+        assert r.code == 0, r.err
+        return [e["name"] for e in json.loads(out.read_text())["traceEvents"] if e.get("cat") == "kernel"]
+
+    assert len(kernels()) == 3
+    assert kernels("--window", "1") == ["vectorized_elementwise_kernel"]
+    assert kernels("--from", "0.001") == ["vectorized_elementwise_kernel", "ncclDevKernel_AllReduce_Sum_bf16_RING_LL"]
+    assert kernels("--to", "0.001") == ["sm90_xmma_gemm_bf16"]
+    for flags, names in ((["--window", "2"], "--window"), (["--from", "2", "--to", "1"], "--to"),
+                         (["--window", "1", "--from", "0"], "--window")):
+        r = run_cli("export", "--db", str(a), "--format", "chrome", "--out", str(tmp_path / "x.json"), *flags)
+        assert r.code == 2 and names in r.err and len(r.err.strip().splitlines()) == 1, r.err
+    r = run_cli("export", "--db", str(a), "--format", "csv", "--out", str(tmp_path / "d"), "--window", "1")
+    assert r.code == 2 and "timeline" in r.err
+
+
+def test_ranks_are_named_processes_and_devices_stay_apart(tmp_path: Path) -> None:
+    """Two ranks that both ran on their device 0 (one GPU per container): two GPU tracks named
+    by rank, and ingesting the file again keeps them apart."""
+    traces = []
+    for rank in (0, 1):
+        ev = [kernel(f"gemm_rank{rank}", 100 + rank * 10, 500, corr=1), kernel("ncclDevKernel_AllReduce", 700, 100, corr=2)]
+        traces.append(write_trace(tmp_path / f"r{rank}.json", ev, deviceProperties=PROPS, baseTimeNanoseconds=BASE_NS,
+                                  distributedInfo={"rank": rank, "world_size": 2}))
+    a = tmp_path / "a.duckdb"
+    assert run_cli("ingest", "--db", str(a), "-q", *map(str, traces)).code == 0
+    out = tmp_path / "t.json"
+    assert run_cli("export", "--db", str(a), "--format", "chrome", "--out", str(out)).code == 0
+    ev = json.loads(out.read_text())["traceEvents"]
+    names = sorted(e["args"]["name"] for e in ev if e.get("ph") == "M" and e["name"] == "process_name"
+                   and e["args"]["name"].startswith("rank"))
+    assert names == ["rank 0 GPU 0 (NVIDIA H100 80GB HBM3)", "rank 1 GPU 0 (NVIDIA H100 80GB HBM3)"]
+    pids = {e["name"]: e["pid"] for e in ev if e.get("cat") == "kernel" and e["name"].startswith("gemm")}
+    assert pids["gemm_rank0"] != pids["gemm_rank1"]
+    b = tmp_path / "b.duckdb"
+    assert run_cli("ingest", "--db", str(b), "-q", str(out)).code == 0
+    assert _analysis(a)["time_us"] == _analysis(b)["time_us"]

@@ -4,7 +4,9 @@ from __future__ import annotations
 import argparse
 import sys
 
-from .common import db_path, print_json
+from .common import db_path, positive_int, print_json
+
+FLAGS = {"from_s": "--from", "to_s": "--to", "window": "--window"}
 
 HELP = "write a run's tables as Parquet or CSV files (one per table, with a README of the columns)"
 DESCRIPTION = (
@@ -28,6 +30,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", required=True, metavar="PATH", help="the file (perfetto, chrome) or directory "
                         "(parquet, csv) to write")
     parser.add_argument("--force", action="store_true", help="replace --out when it exists")
+    parser.add_argument("--from", dest="from_s", type=float, default=None, metavar="S",
+                        help="timeline only: keep what starts S seconds or more after the run's first event")
+    parser.add_argument("--to", dest="to_s", type=float, default=None, metavar="S",
+                        help="timeline only: keep what starts before S seconds after the run's first event")
+    parser.add_argument("--window", type=positive_int, default=None, metavar="N",
+                        help="timeline only: keep the Nth profiler window (from 1)")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -39,7 +47,8 @@ def run(args: argparse.Namespace) -> int:
     if args.format in ("perfetto", "chrome"):
         from ..export.timeline import export_timeline
 
-        doc = export_timeline(db_path(args), args.run, Path(args.out), args.format, force=args.force)
+        doc = export_timeline(db_path(args), args.run, Path(args.out), args.format, force=args.force,
+                              from_s=args.from_s, to_s=args.to_s, window=args.window)
         if args.json:
             print_json(doc)
             return 0
@@ -51,6 +60,10 @@ def run(args: argparse.Namespace) -> int:
         if doc["note"]:
             print(f"note: {doc['note']}", file=sys.stderr)
         return 0
+    if args.from_s is not None or args.to_s is not None or args.window is not None:
+        from ..errors import InputError
+
+        raise InputError("--from/--to/--window", f"cut the timeline formats only, not {args.format}")
     doc = export_tables(db_path(args), args.run, Path(args.out), args.format, force=args.force)
     if args.json:
         print_json(doc)

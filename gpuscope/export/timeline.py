@@ -31,9 +31,19 @@ BROWSER_LIMIT_BYTES = 512 * 1024 * 1024
 _BATCH = 20_000
 
 
-def export_timeline(db: Path, run: str | None, out: Path, fmt: str, force: bool = False) -> dict[str, Any]:
+def export_timeline(db: Path, run: str | None, out: Path, fmt: str, force: bool = False,
+                    from_s: float | None = None, to_s: float | None = None, window: int | None = None) -> dict[str, Any]:
     """Write the run's timeline to ``out`` (``perfetto``: gzip-compressed JSON unless ``out``
-    ends in ``.json``; ``chrome``: plain JSON)."""
+    ends in ``.json``; ``chrome``: plain JSON). ``from_s``/``to_s`` (seconds after the run's
+    first event) or ``window`` (the Nth profiler window, from 1) keep what starts in that span."""
+    from ..errors import ParameterError
+
+    if window is not None and (from_s is not None or to_s is not None):
+        raise ParameterError("window", "cannot be combined with {from_s} or {to_s}")
+    if from_s is not None and from_s < 0:
+        raise ParameterError("from_s", "must be at least 0, not {value}", {"value": f"{from_s:g}"})
+    if from_s is not None and to_s is not None and to_s <= from_s:
+        raise ParameterError("to_s", "must be after {from_s}")
     from .. import store
     from ..analyzers.breakdown import analyze_run
     from ..store import read
@@ -60,6 +70,7 @@ def export_timeline(db: Path, run: str | None, out: Path, fmt: str, force: bool 
         cur = con.cursor()
         _register_analysis(cur, doc)
         base = base_ns(cur, ref.id)
+        lo, hi = _span(cur, ref.id, base, from_s, to_s, window)
         raw = open(tmp, "wb")  # noqa: SIM115 - closed below, renamed into place
         f: Any = gzip.GzipFile(fileobj=raw, mode="wb", compresslevel=3, mtime=0) if gz else raw
         size = 0
@@ -70,7 +81,7 @@ def export_timeline(db: Path, run: str | None, out: Path, fmt: str, force: bool 
             f.write(head.encode())
             size += len(head)
             first = True
-            for kind, sql, params in event_queries(ref.id, base):
+            for kind, sql, params in event_queries(ref.id, base, lo, hi):
                 res = cur.execute(sql, params)
                 n = 0
                 while True:
@@ -103,7 +114,24 @@ def export_timeline(db: Path, run: str | None, out: Path, fmt: str, force: bool 
                 "tab; open it with Perfetto's trace_processor (trace_processor --httpd FILE, then ui.perfetto.dev) "
                 "or export less of the run")
     return {"run": {"id": ref.id, "name": ref.name}, "format": fmt, "out": str(out), "gzip": gz,
+            "span_ns": [lo, hi] if lo is not None or hi is not None else None,
             "json_bytes": size, "file_bytes": out.stat().st_size, "events": counts, "note": note}
+
+
+def _span(cur: Any, run_id: int, base: int, from_s: float | None, to_s: float | None,
+          window: int | None) -> tuple[int | None, int | None]:
+    if window is None:
+        return (None if from_s is None else base + int(from_s * 1e9),
+                None if to_s is None else base + int(to_s * 1e9))
+    from ..errors import ParameterError
+    from ..store import read
+
+    windows = [a for a in read.annotations(cur, run_id, ["profiler_window"])]
+    if not 1 <= window <= len(windows):
+        raise ParameterError("window", "the run has {count} profiler window(s); there is no window {value}",
+                             {"count": str(len(windows)), "value": str(window)})
+    w = windows[window - 1]
+    return int(w.ts_ns), int(w.ts_ns) + int(w.dur_ns or 0)
 
 
 def _register_analysis(cur: Any, doc: dict[str, Any]) -> None:

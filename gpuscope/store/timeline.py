@@ -41,25 +41,53 @@ def _us(col: str, base: int) -> str:
     return f"round(({col} - {base}) / 1000.0, 3)"
 
 
-def event_queries(run_id: int, base: int) -> list[tuple[str, str, list[Any]]]:
-    """(kind, SQL yielding one JSON event text per row, parameters), in writing order."""
+def _gpu_map(run_id_param: str = "$1") -> str:
+    """A CTE ``gm``: each trace device's pid (its device index when those are unique in the
+    run, else the store's device id), its process label (``rank R GPU N (name)`` when the run
+    holds several ranked traces) and its sort index (by rank, then device)."""
+    return f"""gm AS (
+        SELECT d.device_id,
+               CASE WHEN (SELECT count(DISTINCT device_index) FROM devices
+                          WHERE run_id = {run_id_param} AND source <> 'telemetry') =
+                         (SELECT count(*) FROM devices WHERE run_id = {run_id_param} AND source <> 'telemetry')
+                    THEN coalesce(d.device_index, d.device_id) ELSE d.device_id END AS pid,
+               CASE WHEN (SELECT count(rank) FROM traces WHERE run_id = {run_id_param}) > 1
+                    THEN coalesce('rank ' || t.rank || ' ', '') ELSE '' END
+                 || 'GPU ' || coalesce(d.device_index, d.device_id) || coalesce(' (' || d.name || ')', '') AS label,
+               coalesce(t.rank, 0) * 1000 + coalesce(d.device_index, d.device_id) AS sort_index
+        FROM devices d LEFT JOIN traces t ON t.run_id = d.run_id AND t.trace_id = d.trace_id
+        WHERE d.run_id = {run_id_param} AND d.source <> 'telemetry')"""
+
+
+def _within(col: str, lo: int | None, hi: int | None) -> str:
+    out = ""
+    if lo is not None:
+        out += f" AND {col} >= {int(lo)}"
+    if hi is not None:
+        out += f" AND {col} < {int(hi)}"
+    return out
+
+
+def event_queries(run_id: int, base: int, lo_ns: int | None = None, hi_ns: int | None = None
+                  ) -> list[tuple[str, str, list[Any]]]:
+    """(kind, SQL yielding one JSON event text per row, parameters), in writing order; only
+    what starts in ``[lo_ns, hi_ns)`` when given."""
     ts, dur = _us("k.ts_ns", base), "round(k.dur_ns / 1000.0, 3)"
-    gpu_pid = "coalesce(d.device_index, k.device_id)"
+    gpu_pid = "coalesce(gm.pid, k.device_id)"
+    kwin = _within("k.ts_ns", lo_ns, hi_ns)
     meta = f"""
+        WITH {_gpu_map()}
         SELECT json_object('ph', 'M', 'name', 'process_name', 'pid', pid, 'tid', 0,
                            'args', json_object('name', label))::VARCHAR
-        FROM (SELECT DISTINCT {gpu_pid} AS pid,
-                     'GPU ' || {gpu_pid} || coalesce(' (' || d.name || ')', '') AS label
-              FROM kernels k LEFT JOIN devices d ON d.run_id = k.run_id AND d.device_id = k.device_id
-              WHERE k.run_id = $1
+        FROM (SELECT pid, label FROM gm
               UNION ALL SELECT {GPUSCOPE_PID}, 'gpuscope: profiler windows and marks'
               UNION ALL SELECT {TELEMETRY_PID}, 'gpuscope: telemetry')
         UNION ALL
         SELECT json_object('ph', 'M', 'name', 'process_sort_index', 'pid', pid, 'tid', 0,
-                           'args', json_object('sort_index', pid))::VARCHAR
-        FROM (SELECT DISTINCT {gpu_pid} AS pid FROM kernels k
-              LEFT JOIN devices d ON d.run_id = k.run_id AND d.device_id = k.device_id WHERE k.run_id = $1)"""
+                           'args', json_object('sort_index', sort_index))::VARCHAR
+        FROM gm"""
     kernels = f"""
+        WITH {_gpu_map()}
         SELECT json_object(
             'ph', 'X', 'cat', CASE k.kind WHEN 'memcpy' THEN 'gpu_memcpy' WHEN 'memset' THEN 'gpu_memset' ELSE 'kernel' END,
             'name', k.name, 'pid', {gpu_pid}, 'tid', k.stream, 'ts', {ts}, 'dur', {dur},
@@ -69,11 +97,11 @@ def event_queries(run_id: int, base: int) -> list[tuple[str, str, list[Any]]]:
                                 'est. achieved occupancy %', k.occupancy, 'bytes', k.bytes,
                                 'gpuscope.category', k.category, 'gpuscope.bound', ka.bound,
                                 'gpuscope.pct_of_roof', ka.pct_of_roof))::VARCHAR
-        FROM kernels k LEFT JOIN devices d ON d.run_id = k.run_id AND d.device_id = k.device_id
+        FROM kernels k LEFT JOIN gm ON gm.device_id = k.device_id
         LEFT JOIN _ka ka ON ka.name = k.name
-        WHERE k.run_id = $1 ORDER BY k.ts_ns"""
+        WHERE k.run_id = $1{kwin} ORDER BY k.ts_ns"""
     launch_ts, launch_dur = _us("k.launch_ts_ns", base), "round(coalesce(k.launch_dur_ns, 0) / 1000.0, 3)"
-    where_launch = "k.run_id = $1 AND k.launch_ts_ns IS NOT NULL AND k.correlation IS NOT NULL"
+    where_launch = "k.run_id = $1 AND k.launch_ts_ns IS NOT NULL AND k.correlation IS NOT NULL" + kwin
     launches = f"""
         SELECT json_object('ph', 'X', 'cat', 'cuda_runtime', 'name', coalesce(k.launch_name, 'launch'),
                            'pid', coalesce(o.pid, 'launches'), 'tid', coalesce(o.tid, 'launches'),
@@ -82,13 +110,14 @@ def event_queries(run_id: int, base: int) -> list[tuple[str, str, list[Any]]]:
         FROM kernels k LEFT JOIN ops o ON o.run_id = k.run_id AND o.op_id = k.op_id
         WHERE {where_launch} ORDER BY k.launch_ts_ns"""
     flows = f"""
+        WITH {_gpu_map()}
         SELECT json_object('ph', 's', 'cat', 'ac2g', 'name', 'ac2g', 'id', k.correlation, 'bp', 'e',
                            'pid', coalesce(o.pid, 'launches'), 'tid', coalesce(o.tid, 'launches'), 'ts', {launch_ts})::VARCHAR
         FROM kernels k LEFT JOIN ops o ON o.run_id = k.run_id AND o.op_id = k.op_id WHERE {where_launch}
         UNION ALL
         SELECT json_object('ph', 'f', 'cat', 'ac2g', 'name', 'ac2g', 'id', k.correlation, 'bp', 'e',
                            'pid', {gpu_pid}, 'tid', k.stream, 'ts', {ts})::VARCHAR
-        FROM kernels k LEFT JOIN devices d ON d.run_id = k.run_id AND d.device_id = k.device_id WHERE {where_launch}"""
+        FROM kernels k LEFT JOIN gm ON gm.device_id = k.device_id WHERE {where_launch}"""
     ots = _us("o.ts_ns", base)
     ops = f"""
         SELECT json_object('ph', 'X', 'cat', 'cpu_op', 'name', o.name, 'pid', o.pid, 'tid', o.tid,
@@ -102,10 +131,10 @@ def event_queries(run_id: int, base: int) -> list[tuple[str, str, list[Any]]]:
                                                'gpuscope.pct_of_roof', oa.pct_of_roof))::VARCHAR
         FROM ops o LEFT JOIN _oa oa ON oa.name = o.name AND oa.input_dims IS NOT DISTINCT FROM o.input_dims
                                     AND oa.input_types IS NOT DISTINCT FROM o.input_types
-        WHERE o.run_id = $1 ORDER BY o.ts_ns"""
+        WHERE o.run_id = $1{_within("o.ts_ns", lo_ns, hi_ns)} ORDER BY o.ts_ns"""
     unpivot = " UNION ALL ".join(
         f"SELECT device_id, ts_ns, '{c}' AS metric, CAST({c} AS DOUBLE) AS value FROM samples "
-        f"WHERE run_id = $1 AND {c} IS NOT NULL" for c in COUNTERS)
+        f"WHERE run_id = $1 AND {c} IS NOT NULL{_within('ts_ns', lo_ns, hi_ns)}" for c in COUNTERS)
     counters = f"""
         SELECT json_object('ph', 'C', 'name', d.key || ' ' || c.metric, 'pid', {TELEMETRY_PID}, 'tid', 0,
                            'ts', {_us('c.ts_ns', base)}, 'args', json_object(c.metric, c.value))::VARCHAR
@@ -118,13 +147,13 @@ def event_queries(run_id: int, base: int) -> list[tuple[str, str, list[Any]]]:
             ELSE json_object('ph', 'X', 'cat', 'gpuscope.' || a.kind, 'name', coalesce(a.name, a.kind), 'pid', {GPUSCOPE_PID},
                              'tid', a.kind, 'ts', {_us('a.ts_ns', base)}, 'dur', round(coalesce(a.dur_ns, 0) / 1000.0, 3),
                              'args', TRY_CAST(a.value AS JSON)) END::VARCHAR
-        FROM annotations a WHERE a.run_id = $1 AND a.kind IN ('profiler_window', 'mark', 'device_lost')
+        FROM annotations a WHERE a.run_id = $1 AND a.kind IN ('profiler_window', 'mark', 'device_lost'){_within("a.ts_ns", lo_ns, hi_ns)}
         UNION ALL
         SELECT json_object('ph', 'X', 'cat', CASE WHEN a.kind = 'gpu_user_annotation' THEN a.kind ELSE 'user_annotation' END,
                            'name', a.name, 'pid', coalesce(a.pid, '{GPUSCOPE_PID}'), 'tid', coalesce(a.tid, a.kind),
                            'ts', {_us('a.ts_ns', base)}, 'dur', round(coalesce(a.dur_ns, 0) / 1000.0, 3),
                            'args', json_object('device', a.device_id))::VARCHAR
-        FROM annotations a WHERE a.run_id = $1 AND a.kind NOT IN ('profiler_window', 'mark', 'device_lost')"""
+        FROM annotations a WHERE a.run_id = $1 AND a.kind NOT IN ('profiler_window', 'mark', 'device_lost'){_within("a.ts_ns", lo_ns, hi_ns)}"""
     return [("metadata", meta, [run_id]), ("kernels", kernels, [run_id]), ("launches", launches, [run_id]),
             ("flows", flows, [run_id]), ("ops", ops, [run_id]), ("counters", counters, [run_id]),
             ("annotations", notes, [run_id])]
