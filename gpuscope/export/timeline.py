@@ -47,7 +47,7 @@ def export_timeline(db: Path, run: str | None, out: Path, fmt: str, force: bool 
     from .. import store
     from ..analyzers.breakdown import analyze_run
     from ..store import read
-    from ..store.timeline import base_ns, device_properties, event_queries
+    from ..store.timeline import base_ns, device_properties, distributed_info, event_queries
 
     out = Path(out)
     if out.exists() and not force:
@@ -75,9 +75,11 @@ def export_timeline(db: Path, run: str | None, out: Path, fmt: str, force: bool 
         f: Any = gzip.GzipFile(fileobj=raw, mode="wb", compresslevel=3, mtime=0) if gz else raw
         size = 0
         try:
+            dist = distributed_info(cur, ref.id)
             head = ('{"schemaVersion": 1, "displayTimeUnit": "ns", "baseTimeNanoseconds": %d, '
-                    '"otherData": {"exported_by": "gpuscope export", "run_id": %d}, '
-                    '"deviceProperties": %s, "traceEvents": [\n' % (base, ref.id, device_properties(cur, ref.id)))
+                    '"otherData": {"exported_by": "gpuscope export", "run_id": %d}, %s'
+                    '"deviceProperties": %s, "traceEvents": [\n'
+                    % (base, ref.id, f'"distributedInfo": {dist}, ' if dist else "", device_properties(cur, ref.id)))
             f.write(head.encode())
             size += len(head)
             first = True

@@ -37,6 +37,25 @@ def device_properties(cur: Any, run_id: int) -> str:
     return rows[0] if rows and rows[0] else "[]"
 
 
+def distributed_info(cur: Any, run_id: int) -> str | None:
+    """Kineto's ``distributedInfo`` for a run of one trace (its rank, else 0), None for several:
+    tools that read one rank per file (Holistic Trace Analysis) want it."""
+    rows = cur.execute("SELECT rank, metadata FROM traces WHERE run_id = ?", [run_id]).fetchall()
+    if len(rows) > 1:
+        return None
+    import json
+
+    info: dict[str, Any] = {}
+    if rows and rows[0][1]:
+        try:
+            meta = json.loads(rows[0][1])
+            info = dict(meta.get("distributedInfo") or {}) if isinstance(meta, dict) else {}
+        except (ValueError, TypeError):
+            info = {}
+    info.setdefault("rank", int(rows[0][0]) if rows and rows[0][0] is not None else 0)
+    return json.dumps(info)
+
+
 def _us(col: str, base: int) -> str:
     return f"round(({col} - {base}) / 1000.0, 3)"
 
