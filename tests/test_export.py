@@ -90,7 +90,7 @@ def test_the_files_equal_the_store(run_db: tuple[Path, int], tmp_path: Path, fmt
     readme = (out / "README.md").read_text()
     for table in [*RUN_TABLES, "op_analysis", "kernel_analysis"]:
         assert f"`{table}.{fmt}`" in readme and f"## {table}.{fmt}" in readme
-    assert "| `power_w` | DOUBLE | W:" in readme and "| `pct_of_roof` | DOUBLE | percent of the roof" in readme
+    assert "| `power_w` | DOUBLE | W:" in readme and "| `pct_of_roof` | DOUBLE | fraction of the roof reached at this intensity, 0-1" in readme
 
 
 def test_owner_only_whole_and_not_overwritten_without_force(run_db: tuple[Path, int], tmp_path: Path) -> None:

@@ -31,7 +31,7 @@ OP_COLUMNS = [
     ("intensity_flop_per_byte", "DOUBLE", "arithmetic intensity"),
     ("ridge_flop_per_byte", "DOUBLE", "the roofline's ridge point for this dtype"),
     ("achieved_flops_per_s", "DOUBLE", "FLOP/s achieved"), ("achieved_bytes_per_s", "DOUBLE", "bytes/s achieved"),
-    ("pct_of_roof", "DOUBLE", "percent of the roof at this intensity"),
+    ("pct_of_roof", "DOUBLE", "fraction of the roof reached at this intensity, 0-1 (analyze prints it x 100 as %)"),
     ("roof_us", "DOUBLE", "µs the calls would take at the roof"), ("saved_us", "DOUBLE", "µs saved at the roof"),
     ("confidence", "VARCHAR", "how the bound was decided"), ("reason", "VARCHAR", "why"),
 ]
@@ -42,7 +42,8 @@ KERNEL_COLUMNS = [
     ("devices", "BIGINT", "devices it ran on"), ("with_op", "BIGINT", "activities linked to an op"),
     ("bound", "VARCHAR", "compute_bound, memory_bound, latency_bound or unknown"),
     ("flops", "DOUBLE", "FLOP, from the ops it belongs to"), ("bytes", "DOUBLE", "bytes, from the ops it belongs to"),
-    ("pct_of_roof", "DOUBLE", "percent of the roof"), ("roof_us", "DOUBLE", "µs at the roof"),
+    ("pct_of_roof", "DOUBLE", "fraction of the roof reached, 0-1 (analyze prints it x 100 as %)"),
+    ("roof_us", "DOUBLE", "µs at the roof"),
     ("saved_us", "DOUBLE", "µs saved at the roof"),
 ]
 

@@ -115,7 +115,7 @@ def event_queries(run_id: int, base: int, lo_ns: int | None = None, hi_ns: int |
                                 'registers per thread', k.registers_per_thread, 'shared memory', k.shared_memory_bytes,
                                 'est. achieved occupancy %', k.occupancy, 'bytes', k.bytes,
                                 'gpuscope.category', k.category, 'gpuscope.bound', ka.bound,
-                                'gpuscope.pct_of_roof', ka.pct_of_roof))::VARCHAR
+                                'gpuscope.pct_of_roof', round(ka.pct_of_roof * 100, 3)))::VARCHAR
         FROM kernels k LEFT JOIN gm ON gm.device_id = k.device_id
         LEFT JOIN _ka ka ON ka.name = k.name
         WHERE k.run_id = $1{kwin} ORDER BY k.ts_ns"""
@@ -147,7 +147,7 @@ def event_queries(run_id: int, base: int, lo_ns: int | None = None, hi_ns: int |
                                                'gpuscope.bound', oa.bound, 'gpuscope.intensity_flop_per_byte', oa.intensity,
                                                'gpuscope.achieved_flops_per_s', oa.flops_per_s,
                                                'gpuscope.achieved_bytes_per_s', oa.bytes_per_s,
-                                               'gpuscope.pct_of_roof', oa.pct_of_roof))::VARCHAR
+                                               'gpuscope.pct_of_roof', round(oa.pct_of_roof * 100, 3)))::VARCHAR
         FROM ops o LEFT JOIN _oa oa ON oa.name = o.name AND oa.input_dims IS NOT DISTINCT FROM o.input_dims
                                     AND oa.input_types IS NOT DISTINCT FROM o.input_types
         WHERE o.run_id = $1{_within("o.ts_ns", lo_ns, hi_ns)} ORDER BY o.ts_ns"""
