@@ -1,0 +1,60 @@
+"""``gpuscope report RUN [--compare RUN_B] --out FILE.html``: gathers what the page shows
+through the read layer and the analyzers, renders it (:mod:`gpuscope.render.report_html`) and
+writes the file whole (a temporary name renamed into place), owner-only."""
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+from ..errors import InputError
+
+
+def build_report(db: Path, run: str | None, out: Path, compare: str | None = None, force: bool = False) -> dict[str, Any]:
+    """Write the report; returns what it holds (run ids, sizes, the ops on the roofline)."""
+    from .. import store
+    from ..analyzers.breakdown import analyze_run
+    from ..analyzers.compare import compare_docs
+    from ..analyzers.energy import run_telemetry
+    from ..render.report_html import render_report, roofline_points
+    from ..store import read
+
+    out = Path(out)
+    if out.exists() and not force:
+        raise InputError(str(out), "already exists (--force replaces it)")
+    if out.is_dir():
+        raise InputError(str(out), "is a directory; the report is one HTML file")
+    parent = out.resolve().parent
+    if not parent.is_dir():
+        raise InputError(str(out), f"no such directory: {parent}")
+    store.check_store_path(db)
+    if not store.store_exists(db):
+        raise InputError(str(db), "no store here yet (gpuscope run or gpuscope ingest makes one)")
+    con = store.connect(db, read_only=True)
+    try:
+        ref = read.resolve_run(con, run, db)
+        other = read.resolve_run(con, compare, db) if compare is not None else None
+        doc = analyze_run(con, ref.id)
+        tele = run_telemetry(con, ref.id)
+        keys = {d.device_id: d.key for d in read.devices(con, ref.id)}
+        series = [{"key": keys.get(s.device_id, f"device {s.device_id}"), "ts_ns": s.ts_ns,
+                   "power_w": s.values["power_w"], "gpu_util": s.values["gpu_util"]}
+                  for s in read.samples(con, ref.id, ["power_w", "gpu_util"]) if keys.get(s.device_id) != "host"]
+        windows = [(a.ts_ns, a.ts_ns + (a.dur_ns or 0)) for a in read.annotations(con, ref.id, ["profiler_window"])]
+        command = next((r.get("command") for r in read.list_runs(con) if r.get("id") == ref.id), None)
+        cmp = compare_docs(analyze_run(con, other.id), doc) if other is not None else None
+    finally:
+        con.close()
+    page = render_report({"analysis": doc, "telemetry": tele, "series": series, "windows": windows,
+                          "command": command, "compare": cmp,
+                          "generated": time.strftime("%Y-%m-%d %H:%M %Z")})
+    tmp = parent / f".{out.name}.tmp-{os.getpid()}"
+    try:
+        tmp.write_text(page, encoding="utf-8")
+        os.replace(tmp, out)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    return {"run": {"id": ref.id, "name": ref.name}, "compare": {"id": other.id, "name": other.name} if other else None,
+            "out": str(out), "bytes": len(page.encode()), "roofline_points": len(roofline_points(doc))}

@@ -1,0 +1,292 @@
+"""``gpuscope report``: one run (and optionally a second to compare) as one self-contained HTML
+page: styles inline, charts as inline SVG, no script and nothing fetched from the network, so it
+opens from an e-mail, prints, and follows the reader's dark mode.
+
+Pure: plain data in (the analysis document, the run's telemetry summary, its sample series,
+windows and marks, a compare document), a string out. Every text from the run is escaped.
+"""
+from __future__ import annotations
+
+import html
+import math
+from typing import Any
+
+BOUND_COLOURS = {"compute_bound": "#d9534f", "memory_bound": "#2b7bba", "latency_bound": "#e8a317", "unknown": "#8a8a8a"}
+BREAKDOWN = (("compute", "#d9534f"), ("communication", "#8e44ad"), ("memory", "#2b7bba"), ("idle", "#c8c8c8"))
+#: Ops drawn on the roofline and listed (the most time first).
+TOP = 30
+
+CSS = """
+:root { --fg:#1d1d1f; --bg:#ffffff; --muted:#6b6b70; --grid:#e3e3e8; --card:#f6f6f8; }
+@media (prefers-color-scheme: dark) { :root { --fg:#e8e8ea; --bg:#141416; --muted:#a0a0a8; --grid:#34343a; --card:#1e1e22; } }
+* { box-sizing: border-box; }
+body { font: 14px/1.45 system-ui, -apple-system, "Segoe UI", Roboto, sans-serif; color: var(--fg); background: var(--bg);
+       max-width: 1100px; margin: 2em auto; padding: 0 1em; }
+h1 { font-size: 1.5em; margin-bottom: .2em; } h2 { font-size: 1.15em; margin-top: 1.8em; border-bottom: 1px solid var(--grid); }
+.muted { color: var(--muted); } code { font: 12px ui-monospace, SFMono-Regular, Menlo, monospace; word-break: break-all; }
+table { border-collapse: collapse; width: 100%; font-size: 13px; }
+th, td { text-align: left; padding: 3px 8px; border-bottom: 1px solid var(--grid); vertical-align: top; }
+td.n, th.n { text-align: right; font-variant-numeric: tabular-nums; white-space: nowrap; }
+.cards { display: flex; flex-wrap: wrap; gap: .6em; } .card { background: var(--card); padding: .5em .8em; border-radius: 6px; }
+.card b { display: block; font-size: 1.2em; }
+svg text { fill: var(--fg); font: 11px system-ui, sans-serif; } svg .axis { stroke: var(--muted); } svg .grid { stroke: var(--grid); }
+.sw { display: inline-block; width: .8em; height: .8em; border-radius: 2px; margin-right: .3em; vertical-align: -1px; }
+@media print { body { margin: 0; max-width: none; } h2 { break-after: avoid; } svg, table { break-inside: avoid; } }
+"""
+
+
+def esc(v: Any) -> str:
+    return html.escape("" if v is None else str(v), quote=True)
+
+
+def _us(v: float | None) -> str:
+    if v is None:
+        return "-"
+    v = float(v)
+    if v >= 1e6:
+        return f"{v / 1e6:,.2f} s"
+    if v >= 1e3:
+        return f"{v / 1e3:,.2f} ms"
+    return f"{v:,.1f} µs"
+
+
+def _si(v: float | None, unit: str) -> str:
+    if v is None:
+        return "-"
+    for scale, p in ((1e15, "P"), (1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")):
+        if abs(v) >= scale:
+            return f"{v / scale:,.3g} {p}{unit}"
+    return f"{v:,.3g} {unit}"
+
+
+def _pct(frac: float | None) -> str:
+    return "-" if frac is None else f"{100 * float(frac):.0f}%"
+
+
+def _dims(o: dict[str, Any]) -> str:
+    dims = o.get("input_dims")
+    if not dims:
+        return ""
+    return "[" + ", ".join("x".join(str(x) for x in d) if isinstance(d, list) else str(d) for d in dims if d != []) + "]"
+
+
+# -- sections ---------------------------------------------------------------------------------
+
+def _summary(data: dict[str, Any]) -> str:
+    doc = data["analysis"]
+    run = doc["run"]
+    devs = ", ".join(f"{d.get('key')}: {d.get('name') or '?'}" for d in doc.get("devices") or []) or "none"
+    dur = None
+    if run.get("started_ns") and run.get("ended_ns"):
+        dur = (run["ended_ns"] - run["started_ns"]) / 1e3
+    cards = [("duration", _us(dur)), ("GPU busy", _us(sum(doc["time_us"][k] for k in ("compute", "communication", "memory")))),
+             ("GPU idle", _us(doc["time_us"]["idle"]))]
+    gen = ((data.get("telemetry") or {}).get("generation") or {})
+    if gen.get("tokens_per_s") is not None:
+        cards.append(("tokens/s", f"{gen['tokens_per_s']:,.1f}"))
+    decode = gen.get("decode") or {}
+    if decode.get("tokens_per_s") is not None:
+        cards.append(("decode tokens/s", f"{decode['tokens_per_s']:,.1f}"))
+    energy = (data.get("telemetry") or {}).get("energy_j")
+    if energy is not None:
+        cards.append(("GPU energy", f"{energy:,.1f} J"))
+    out = [f"<p class='muted'>run {esc(run['id'])} · {esc(run.get('status'))} · {esc(run.get('source'))} · devices: {esc(devs)}</p>"]
+    if data.get("command"):
+        out.append(f"<p>command: <code>{esc(data['command'])}</code></p>")
+    out.append("<div class='cards'>" + "".join(f"<div class='card'><span class='muted'>{esc(k)}</span><b>{esc(v)}</b></div>"
+                                                for k, v in cards) + "</div>")
+    return "\n".join(out)
+
+
+def _breakdown(doc: dict[str, Any]) -> str:
+    t = doc["time_us"]
+    total = sum(float(t.get(k) or 0) for k, _ in BREAKDOWN)
+    if total <= 0:
+        return "<p class='muted'>No GPU activity in this run (a CPU-only trace).</p>"
+    x, parts, legend = 0.0, [], []
+    for k, colour in BREAKDOWN:
+        w = 1000 * float(t.get(k) or 0) / total
+        parts.append(f"<rect x='{x:.2f}' y='0' width='{w:.2f}' height='28' fill='{colour}'>"
+                     f"<title>{esc(k)}: {esc(_us(t.get(k)))} ({100 * float(t.get(k) or 0) / total:.1f}%)</title></rect>")
+        legend.append(f"<span><span class='sw' style='background:{colour}'></span>{esc(k)} {esc(_us(t.get(k)))} "
+                      f"({100 * float(t.get(k) or 0) / total:.1f}%)</span>")
+        x += w
+    return (f"<svg class='breakdown' viewBox='0 0 1000 28' width='100%' height='28' role='img' "
+            f"aria-label='time breakdown'>{''.join(parts)}</svg><p>{' · '.join(legend)}</p>")
+
+
+def _log_axis(lo: float, hi: float) -> tuple[float, float]:
+    a, b = math.floor(math.log10(lo)), math.ceil(math.log10(hi))
+    return float(a), float(max(b, a + 1))
+
+
+def roofline_points(doc: dict[str, Any]) -> list[dict[str, Any]]:
+    """The ops the roofline chart draws: the top :data:`TOP` by time with an intensity and an
+    achieved FLOP rate above 0."""
+    return [o for o in (doc.get("ops") or [])[:TOP]
+            if (o.get("intensity_flop_per_byte") or 0) > 0 and (o.get("achieved_flops_per_s") or 0) > 0]
+
+
+def _roofline(doc: dict[str, Any]) -> str:
+    pts = roofline_points(doc)
+    dev = next((d for d in (doc.get("roofline") or {}).get("devices") or [] if d.get("mem_bw_bytes_per_s")), None)
+    if not pts:
+        return "<p class='muted'>No op with a known arithmetic intensity and FLOP rate to place on the roofline.</p>"
+    bw = float(dev["mem_bw_bytes_per_s"]) if dev else None
+    dtypes = sorted({o.get("dtype") for o in pts if o.get("dtype")})
+    peaks = {dt: float(dev["peak_flops_per_s"][dt]) for dt in dtypes if dev and dt in (dev.get("peak_flops_per_s") or {})}
+    xs = [float(o["intensity_flop_per_byte"]) for o in pts]
+    ys = [float(o["achieved_flops_per_s"]) for o in pts] + list(peaks.values())
+    if bw and peaks:
+        xs += [p / bw for p in peaks.values()]
+    x0, x1 = _log_axis(min(xs) / 2, max(xs) * 2)
+    y0, y1 = _log_axis(min(ys) / 2, max(ys) * 2)
+    W, H, L, B = 680, 420, 60, 40  # noqa: N806  (chart geometry)
+
+    def px(x: float) -> float:
+        return L + (math.log10(x) - x0) / (x1 - x0) * (W - L - 10)
+
+    def py(y: float) -> float:
+        return H - B - (math.log10(y) - y0) / (y1 - y0) * (H - B - 10)
+
+    g = [f"<svg class='roofline' viewBox='0 0 {W} {H}' width='100%' role='img' aria-label='roofline'>"]
+    for e in range(int(x0), int(x1) + 1):
+        g.append(f"<line class='grid' x1='{px(10**e):.1f}' y1='10' x2='{px(10**e):.1f}' y2='{H - B}'/>"
+                 f"<text x='{px(10**e):.1f}' y='{H - B + 14}' text-anchor='middle'>1e{e}</text>")
+    for e in range(int(y0), int(y1) + 1):
+        g.append(f"<line class='grid' x1='{L}' y1='{py(10**e):.1f}' x2='{W - 10}' y2='{py(10**e):.1f}'/>"
+                 f"<text x='{L - 4}' y='{py(10**e) + 4:.1f}' text-anchor='end'>1e{e}</text>")
+    g.append(f"<text x='{(W + L) / 2}' y='{H - 6}' text-anchor='middle'>arithmetic intensity (FLOP/byte)</text>"
+             f"<text x='14' y='{(H - B) / 2}' transform='rotate(-90 14 {(H - B) / 2})' text-anchor='middle'>FLOP/s</text>")
+    if bw:
+        for dt, peak in sorted(peaks.items(), key=lambda kv: kv[1]):
+            ridge = peak / bw
+            xa = max(10**x0, 10 ** y0 / bw)
+            g.append(f"<polyline fill='none' stroke='var(--muted)' stroke-width='1.5' points='"
+                     f"{px(xa):.1f},{py(bw * xa):.1f} {px(ridge):.1f},{py(peak):.1f} {px(10**x1):.1f},{py(peak):.1f}'>"
+                     f"<title>{esc(dt)} roof: {esc(_si(peak, 'FLOP/s'))}, memory {esc(_si(bw, 'B/s'))}, ridge "
+                     f"{ridge:,.1f} FLOP/B</title></polyline>"
+                     f"<text x='{W - 12}' y='{py(peak) - 4:.1f}' text-anchor='end'>{esc(dt)} {esc(_si(peak, 'FLOP/s'))}</text>")
+    total = sum(float(o.get("kernel_us") or 0) for o in pts) or 1.0
+    for i, o in enumerate(pts):
+        r = 3 + 12 * math.sqrt(float(o.get("kernel_us") or 0) / total)
+        colour = BOUND_COLOURS.get(o.get("bound") or "unknown", BOUND_COLOURS["unknown"])
+        title = (f"{o['name']} {_dims(o)} — {o.get('bound')}, {_pct(o.get('pct_of_roof'))} of roof, "
+                 f"{_us(o.get('kernel_us'))}, {_si(o.get('achieved_flops_per_s'), 'FLOP/s')} at "
+                 f"{float(o['intensity_flop_per_byte']):,.2f} FLOP/B")
+        g.append(f"<circle class='pt' data-op='{i}' cx='{px(float(o['intensity_flop_per_byte'])):.1f}' "
+                 f"cy='{py(float(o['achieved_flops_per_s'])):.1f}' r='{r:.1f}' fill='{colour}' fill-opacity='.75' "
+                 f"stroke='{colour}'><title>{esc(title)}</title></circle>")
+    g.append("</svg>")
+    legend = " · ".join(f"<span><span class='sw' style='background:{c}'></span>{esc(b)}</span>" for b, c in BOUND_COLOURS.items())
+    where = (f"roofs of {esc(dev.get('spec') or dev.get('key'))} ({esc(dev.get('roof_source') or 'spec')})"
+             if dev else "no roof: the GPU was not identified")
+    return "".join(g) + f"<p class='muted'>{legend} · point area ∝ GPU time · {where}</p>"
+
+
+def _ops_table(doc: dict[str, Any]) -> str:
+    busy = sum(doc["time_us"][k] for k in ("compute", "communication", "memory")) or None
+    rows = []
+    for o in (doc.get("ops") or [])[:TOP]:
+        share = _pct(float(o.get("kernel_us") or 0) / busy) if busy else "-"
+        rows.append(f"<tr><td><code>{esc(o['name'])}</code> <span class='muted'>{esc(_dims(o))}</span></td>"
+                    f"<td class='n'>{o.get('count', 0):,}</td><td class='n'>{esc(_us(o.get('kernel_us')))}</td>"
+                    f"<td class='n'>{share}</td><td>{esc(o.get('bound'))}</td><td class='n'>{_pct(o.get('pct_of_roof'))}</td>"
+                    f"<td class='n'>{esc(_us(o.get('saved_us')))}</td></tr>")
+    return ("<table><tr><th>op [shapes]</th><th class='n'>calls</th><th class='n'>GPU time</th><th class='n'>share</th>"
+            "<th>bound</th><th class='n'>of roof</th><th class='n'>saved at roof</th></tr>" + "".join(rows) + "</table>")
+
+
+def _kernels_table(doc: dict[str, Any]) -> str:
+    rows = [f"<tr><td><code>{esc(k['name'])}</code></td><td>{esc(k.get('category'))}</td><td class='n'>{k.get('count', 0):,}</td>"
+            f"<td class='n'>{esc(_us(k.get('total_us')))}</td><td>{esc(k.get('bound'))}</td>"
+            f"<td class='n'>{_pct(k.get('pct_of_roof'))}</td></tr>" for k in (doc.get("kernels") or [])[:TOP]]
+    return ("<table><tr><th>kernel</th><th>category</th><th class='n'>count</th><th class='n'>time</th><th>bound</th>"
+            "<th class='n'>of roof</th></tr>" + "".join(rows) + "</table>")
+
+
+def _telemetry(data: dict[str, Any]) -> str:
+    series = data.get("series") or []
+    if not series:
+        return "<p class='muted'>No telemetry samples in this run.</p>"
+    t0 = min(min(s["ts_ns"]) for s in series if s["ts_ns"])
+    t1 = max(max(s["ts_ns"]) for s in series if s["ts_ns"])
+    span = max(t1 - t0, 1)
+    W, H = 680, 120  # noqa: N806
+    out = []
+    for s in series:
+        for metric, unit, top in (("power_w", "W", None), ("gpu_util", "", 1.0)):
+            pts = [(t, v) for t, v in zip(s["ts_ns"], s.get(metric) or []) if v is not None]
+            if len(pts) < 2:
+                continue
+            vmax = top or max(v for _, v in pts) * 1.1 or 1.0
+            coords = " ".join(f"{10 + (t - t0) / span * (W - 20):.1f},{H - 15 - v / vmax * (H - 30):.1f}" for t, v in pts)
+            shade = "".join(
+                f"<rect x='{10 + (a - t0) / span * (W - 20):.1f}' y='5' width='{max((b - a) / span * (W - 20), 1):.1f}' "
+                f"height='{H - 20}' fill='var(--grid)'><title>profiler window</title></rect>"
+                for a, b in data.get("windows") or [] if b >= t0 and a <= t1)
+            label = f"{s['key']} {'power' if metric == 'power_w' else 'utilization'}"
+            peak = max(v for _, v in pts)
+            out.append(f"<figure><svg class='telemetry' viewBox='0 0 {W} {H}' width='100%' role='img' aria-label='{esc(label)}'>"
+                       f"{shade}<polyline fill='none' stroke='#2b7bba' stroke-width='1.5' points='{coords}'/>"
+                       f"<text x='12' y='14'>{esc(label)} (max {peak:,.1f}{esc(unit) if unit else ''}"
+                       f"{'' if unit else ' = ' + _pct(peak)})</text></svg></figure>")
+    out.append(f"<p class='muted'>{(t1 - t0) / 1e9:,.1f} s of samples; shaded: profiler windows.</p>")
+    return "".join(out)
+
+
+def _advice(doc: dict[str, Any]) -> str:
+    items = doc.get("advice") or []
+    if not items:
+        return "<p class='muted'>No advice: nothing stood out.</p>"
+    return "<ul>" + "".join(f"<li>{esc(a.get('message'))}</li>" for a in items) + "</ul>"
+
+
+def _compare(cmp: dict[str, Any]) -> str:
+    a, b = cmp["a"], cmp["b"]
+    head = (f"<p>A: run {esc(a['id'])} '{esc(a['name'])}' · B: run {esc(b['id'])} '{esc(b['name'])}' · GPU time "
+            f"{esc(_us(a['gpu_us']))} → {esc(_us(b['gpu_us']))}</p>")
+    rows = []
+    for m in (cmp.get("matched") or [])[:TOP]:
+        ratio = m.get("ratio")
+        rows.append(f"<tr><td><code>{esc(m['name'])}</code> <span class='muted'>{esc(_dims(m))}</span></td>"
+                    f"<td class='n'>{esc(_us((m.get('a') or {}).get('kernel_us')))}</td>"
+                    f"<td class='n'>{esc(_us((m.get('b') or {}).get('kernel_us')))}</td>"
+                    f"<td class='n'>{'-' if ratio is None else f'{ratio:.2f}x'}</td>"
+                    f"<td>{esc((m.get('a') or {}).get('bound'))} → {esc((m.get('b') or {}).get('bound'))}</td></tr>")
+    only = []
+    for side, key in (("A", "only_a"), ("B", "only_b")):
+        ops = cmp.get(key) or []
+        if ops:
+            only.append(f"<p>Only in {side}: " + ", ".join(f"<code>{esc(o['name'])}</code> ({esc(_us(o['kernel_us']))})"
+                                                          for o in ops[:10]) + (" …" if len(ops) > 10 else "") + "</p>")
+    return (head + "<table><tr><th>op [shapes]</th><th class='n'>A</th><th class='n'>B</th><th class='n'>B/A</th>"
+            "<th>bound A → B</th></tr>" + "".join(rows) + "</table>" + "".join(only))
+
+
+def render_report(data: dict[str, Any]) -> str:
+    """The page. ``data``: ``analysis`` (``analyze --json``'s document), optional ``telemetry``
+    (the run's telemetry summary), ``series`` ([{key, ts_ns, power_w, gpu_util}]), ``windows``
+    ([(start_ns, end_ns)]), ``command`` (redacted), ``compare`` (``compare --json``'s
+    document), ``generated`` (a timestamp text)."""
+    doc = data["analysis"]
+    run = doc["run"]
+    title = f"gpuscope report: run {run['id']} {run['name']}"
+    parts = [
+        "<!DOCTYPE html>", "<html lang='en'><head><meta charset='utf-8'>",
+        "<meta name='viewport' content='width=device-width, initial-scale=1'>",
+        "<meta name='color-scheme' content='light dark'>",
+        f"<title>{esc(title)}</title><style>{CSS}</style></head><body>",
+        f"<h1>{esc(run['name'])}</h1>", _summary(data),
+        "<h2>Where the GPU time went</h2>", _breakdown(doc),
+        "<h2>Roofline</h2>", _roofline(doc),
+        f"<h2>Top ops</h2>", _ops_table(doc),
+        "<h2>Top kernels</h2>", _kernels_table(doc),
+        "<h2>Telemetry</h2>", _telemetry(data),
+        "<h2>Advice</h2>", _advice(doc),
+    ]
+    if data.get("compare"):
+        parts += ["<h2>Compared with another run</h2>", _compare(data["compare"])]
+    parts.append(f"<p class='muted'>Made by gpuscope report{' on ' + esc(data['generated']) if data.get('generated') else ''}. "
+                 "Numbers as `gpuscope analyze` computes them (docs/analysis.md, docs/roofline.md).</p></body></html>")
+    return "\n".join(parts) + "\n"
