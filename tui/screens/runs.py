@@ -157,6 +157,7 @@ class RunsScreen(Screen[None]):
         self._shown_keys: list[str] = []
         self._shown_cols: list[str] = []
         self._shown_cells: dict[str, dict[str, Any]] = {}
+        self._shown_widths: dict[str, int] = {}
         self._loaded = False
 
     DEFAULT_CSS = """
@@ -251,7 +252,13 @@ class RunsScreen(Screen[None]):
                 cells[k]["name"] = shorten(cells[k]["name"], name_w)
         keys = list(cells)
         col_keys = [c.key for c in cols]
-        if col_keys != self._shown_cols or keys != self._shown_keys:
+        # explicit column widths: DataTable's own measuring of a column happens later, on idle,
+        # and a real terminal under load once drew the first fill at the headers' widths only
+        col_w = {c.key: max(len(str(cells[k][c.key])) for k in keys) if keys else 1 for c in cols}
+        if name_w is not None and "name" in col_w:
+            col_w["name"] = min(col_w["name"], name_w)
+        grown = any(col_w[k] > self._shown_widths.get(k, 0) for k in col_keys)
+        if col_keys != self._shown_cols or keys != self._shown_keys or grown:
             selected = self.selected_run_id()
             # columns rebuilt with the rows: a column keeps the width of its first fill
             # otherwise, and a narrow first fill (an empty store) would cut later cells
@@ -260,7 +267,8 @@ class RunsScreen(Screen[None]):
                 label = c.header
                 if c.key == self.sort_key:
                     label += " ▲" if self.sort_reverse else " ▼"
-                table.add_column(label, key=c.key)
+                self._shown_widths[c.key] = w = max(col_w[c.key], len(label))
+                table.add_column(label, key=c.key, width=w)
             for k in keys:
                 table.add_row(*(cell_text(cells[k][c.key], c.align) for c in cols), key=k)
             if selected is not None and str(selected) in cells:
