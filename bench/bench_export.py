@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
-"""`gpuscope export` of a 1.2M-event run (issue 18): time and peak memory of the Perfetto
-timeline and of the Parquet tables, next to ingesting the same run, each a fresh process.
+"""`gpuscope export` and `gpuscope report` of a 1.2M-event run (issue 18): time and peak memory
+of the Perfetto timeline, the Parquet tables and the HTML report, next to ingesting the same run
+(and analyzing it, for context), each a fresh process.
 
     python bench/bench_export.py            # inputs built once into ~/.cache/gpuscope-bench/tui
     python bench/bench_export.py --json
@@ -30,11 +31,15 @@ PY = sys.executable
 
 
 def _child(args: list[str], env: dict[str, str] | None = None) -> dict[str, Any]:
-    t0 = time.perf_counter()
-    p = subprocess.Popen(args, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
-    _, status, usage = os.wait4(p.pid, 0)
-    wall = time.perf_counter() - t0
-    out, err = p.stdout.read().decode(), p.stderr.read().decode()  # type: ignore[union-attr]
+    # output to files, not pipes: a child whose output fills a pipe would wait for us forever
+    with tempfile.TemporaryFile() as fo, tempfile.TemporaryFile() as fe:
+        t0 = time.perf_counter()
+        p = subprocess.Popen(args, cwd=REPO, stdout=fo, stderr=fe, env=env)
+        _, status, usage = os.wait4(p.pid, 0)
+        wall = time.perf_counter() - t0
+        fo.seek(0)
+        fe.seek(0)
+        out, err = fo.read().decode(), fe.read().decode()
     code = os.waitstatus_to_exitcode(status)
     return {"seconds": round(wall, 3), "peak_rss_mib": round(usage.ru_maxrss / 1024, 1), "exit_code": code,
             "stderr_tail": err[-400:] if code else "", "stdout": out}
@@ -74,6 +79,8 @@ def main() -> int:
         res["export_perfetto"] = _child(gs + ["export", "--db", str(db), "--format", "perfetto", "--out", str(out), "--json"])
         res["export_perfetto"]["file_mib"] = round(out.stat().st_size / 2**20, 1) if out.exists() else None
         res["export_parquet"] = _child(gs + ["export", "--db", str(db), "--format", "parquet", "--out", str(t / "pq")])
+        res["report"] = _child(gs + ["report", "--db", str(db), "--out", str(t / "r.html")])
+        res["analyze"] = _child(gs + ["analyze", "--db", str(db), "--json"])
         try:
             import importlib.util
 
@@ -81,7 +88,7 @@ def main() -> int:
         except ImportError:
             have_hta = False
         res["hta"] = hta_parses(out) if have_hta and out.exists() else {"parsed": None, "error": "HTA not installed"}
-    for k in ("export_perfetto", "export_parquet"):
+    for k in ("export_perfetto", "export_parquet", "report", "analyze"):
         res[k]["time_vs_ingest"] = round(res[k]["seconds"] / res["ingest"]["seconds"], 3)
         res[k]["memory_vs_ingest"] = round(res[k]["peak_rss_mib"] / res["ingest"]["peak_rss_mib"], 3)
         res[k].pop("stdout", None)
@@ -91,7 +98,8 @@ def main() -> int:
         return 0
     i = res["ingest"]
     print(f"1.2M-event run (a100 x{BIG_COPIES}): ingest {i['seconds']:.2f} s, peak {i['peak_rss_mib']} MiB")
-    for k, label in (("export_perfetto", "export --format perfetto"), ("export_parquet", "export --format parquet")):
+    for k, label in (("export_perfetto", "export --format perfetto"), ("export_parquet", "export --format parquet"),
+                     ("report", "report"), ("analyze", "analyze --json (for context)")):
         r = res[k]
         extra = f", {r['file_mib']} MiB file" if r.get("file_mib") else ""
         print(f"  {label:<26} {r['seconds']:.2f} s ({r['time_vs_ingest']:.2f}x ingest), peak {r['peak_rss_mib']} MiB "

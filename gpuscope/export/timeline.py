@@ -68,11 +68,12 @@ def export_timeline(db: Path, run: str | None, out: Path, fmt: str, force: bool 
         ref = read.resolve_run(con, run, db)
         doc = analyze_run(con, ref.id, top=None)
         cur = con.cursor()
+        cur.execute("SET threads = 1")  # one scan in the store's order: the same file every time
         _register_analysis(cur, doc)
         base = base_ns(cur, ref.id)
         lo, hi = _span(cur, ref.id, base, from_s, to_s, window)
         raw = open(tmp, "wb")  # noqa: SIM115 - closed below, renamed into place
-        f: Any = gzip.GzipFile(fileobj=raw, mode="wb", compresslevel=3, mtime=0) if gz else raw
+        f: Any = gzip.GzipFile(filename="", fileobj=raw, mode="wb", compresslevel=3, mtime=0) if gz else raw
         size = 0
         try:
             dist = distributed_info(cur, ref.id)

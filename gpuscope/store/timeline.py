@@ -90,7 +90,9 @@ def _within(col: str, lo: int | None, hi: int | None) -> str:
 def event_queries(run_id: int, base: int, lo_ns: int | None = None, hi_ns: int | None = None
                   ) -> list[tuple[str, str, list[Any]]]:
     """(kind, SQL yielding one JSON event text per row, parameters), in writing order; only
-    what starts in ``[lo_ns, hi_ns)`` when given."""
+    what starts in ``[lo_ns, hi_ns)`` when given. The rows come in the store's order, not
+    sorted by time: trace viewers and ingest sort for themselves, and a sort would hold every
+    event's JSON in memory at once (+130 MiB on a 1.2M-event run, bench/README.md)."""
     ts, dur = _us("k.ts_ns", base), "round(k.dur_ns / 1000.0, 3)"
     gpu_pid = "coalesce(gm.pid, k.device_id)"
     kwin = _within("k.ts_ns", lo_ns, hi_ns)
@@ -118,7 +120,7 @@ def event_queries(run_id: int, base: int, lo_ns: int | None = None, hi_ns: int |
                                 'gpuscope.pct_of_roof', round(ka.pct_of_roof * 100, 3)))::VARCHAR
         FROM kernels k LEFT JOIN gm ON gm.device_id = k.device_id
         LEFT JOIN _ka ka ON ka.name = k.name
-        WHERE k.run_id = $1{kwin} ORDER BY k.ts_ns"""
+        WHERE k.run_id = $1{kwin}"""
     launch_ts, launch_dur = _us("k.launch_ts_ns", base), "round(coalesce(k.launch_dur_ns, 0) / 1000.0, 3)"
     where_launch = "k.run_id = $1 AND k.launch_ts_ns IS NOT NULL AND k.correlation IS NOT NULL" + kwin
     launches = f"""
@@ -127,7 +129,7 @@ def event_queries(run_id: int, base: int, lo_ns: int | None = None, hi_ns: int |
                            'ts', {launch_ts}, 'dur', {launch_dur},
                            'args', json_object('correlation', k.correlation, 'External id', k.external_id))::VARCHAR
         FROM kernels k LEFT JOIN ops o ON o.run_id = k.run_id AND o.op_id = k.op_id
-        WHERE {where_launch} ORDER BY k.launch_ts_ns"""
+        WHERE {where_launch}"""
     flows = f"""
         WITH {_gpu_map()}
         SELECT json_object('ph', 's', 'cat', 'ac2g', 'name', 'ac2g', 'id', k.correlation, 'bp', 'e',
@@ -150,15 +152,14 @@ def event_queries(run_id: int, base: int, lo_ns: int | None = None, hi_ns: int |
                                                'gpuscope.pct_of_roof', round(oa.pct_of_roof * 100, 3)))::VARCHAR
         FROM ops o LEFT JOIN _oa oa ON oa.name = o.name AND oa.input_dims IS NOT DISTINCT FROM o.input_dims
                                     AND oa.input_types IS NOT DISTINCT FROM o.input_types
-        WHERE o.run_id = $1{_within("o.ts_ns", lo_ns, hi_ns)} ORDER BY o.ts_ns"""
+        WHERE o.run_id = $1{_within("o.ts_ns", lo_ns, hi_ns)}"""
     unpivot = " UNION ALL ".join(
         f"SELECT device_id, ts_ns, '{c}' AS metric, CAST({c} AS DOUBLE) AS value FROM samples "
         f"WHERE run_id = $1 AND {c} IS NOT NULL{_within('ts_ns', lo_ns, hi_ns)}" for c in COUNTERS)
     counters = f"""
         SELECT json_object('ph', 'C', 'name', d.key || ' ' || c.metric, 'pid', {TELEMETRY_PID}, 'tid', 0,
                            'ts', {_us('c.ts_ns', base)}, 'args', json_object(c.metric, c.value))::VARCHAR
-        FROM ({unpivot}) c JOIN devices d ON d.run_id = $1 AND d.device_id = c.device_id
-        ORDER BY c.ts_ns, d.key, c.metric"""
+        FROM ({unpivot}) c JOIN devices d ON d.run_id = $1 AND d.device_id = c.device_id"""
     notes = f"""
         SELECT CASE WHEN a.kind = 'mark'
             THEN json_object('ph', 'i', 's', 'p', 'cat', 'gpuscope.mark', 'name', a.name, 'pid', {GPUSCOPE_PID},
