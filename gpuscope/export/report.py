@@ -28,6 +28,8 @@ def build_report(db: Path, run: str | None, out: Path, compare: str | None = Non
     parent = out.resolve().parent
     if not parent.is_dir():
         raise InputError(str(out), f"no such directory: {parent}")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise InputError(str(out), f"cannot write in {parent}")
     store.check_store_path(db)
     if not store.store_exists(db):
         raise InputError(str(db), "no store here yet (gpuscope run or gpuscope ingest makes one)")
