@@ -263,7 +263,6 @@ class NvmlCollector(Collector):
                     reason = f"XID events: {nvml_error_reason(exc)}"
             for m in names:
                 gpu.info.unsupported[m] = reason
-        self._xid_last = -1e18
 
     def _drain_xid(self) -> None:
         """Count the XID events NVML holds (a non-blocking wait until it has none)."""
@@ -818,7 +817,7 @@ class NvmlCollector(Collector):
     # ------------------------------------------------------------------ close
     def _close(self) -> None:
         mod = self.nvml
-        if getattr(self, "_xid_set", None) is not None:
+        if self._xid_set is not None:
             try:
                 mod.nvmlEventSetFree(self._xid_set)
             except Exception:

@@ -106,15 +106,8 @@ def resolve_protocol(flag: str | None, signal: str = "METRICS") -> str:
     return proto
 
 
-def _protocol(args: argparse.Namespace) -> str:
-    return resolve_protocol(args.otlp_protocol)
-
-
 def export_interval_s() -> float:
-    return _export_interval_s()
-
-
-def _export_interval_s() -> float:
+    """The OTLP export interval: ``OTEL_METRIC_EXPORT_INTERVAL`` (ms) when set, else 10 s."""
     raw = os.environ.get("OTEL_METRIC_EXPORT_INTERVAL")
     if raw is None or raw == "":
         return DEFAULT_EXPORT_INTERVAL_S
@@ -169,9 +162,9 @@ def run(args: argparse.Namespace) -> int:
     protocol = endpoint = None
     export_s = DEFAULT_EXPORT_INTERVAL_S
     if args.otlp is not None:
-        protocol = _protocol(args)
+        protocol = resolve_protocol(args.otlp_protocol)
         endpoint = check_endpoint(args.otlp) if args.otlp else None
-        export_s = _export_interval_s()
+        export_s = export_interval_s()
     elif args.otlp_protocol is not None:
         raise InputError("--otlp-protocol", "given without --otlp")
     replay = None

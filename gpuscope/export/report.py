@@ -8,7 +8,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ..errors import InputError
+from . import prepare_output
 
 
 def build_report(db: Path, run: str | None, out: Path, compare: str | None = None, force: bool = False) -> dict[str, Any]:
@@ -21,18 +21,7 @@ def build_report(db: Path, run: str | None, out: Path, compare: str | None = Non
     from ..store import read
 
     out = Path(out)
-    if out.exists() and not force:
-        raise InputError(str(out), "already exists (--force replaces it)")
-    if out.is_dir():
-        raise InputError(str(out), "is a directory; the report is one HTML file")
-    parent = out.resolve().parent
-    if not parent.is_dir():
-        raise InputError(str(out), f"no such directory: {parent}")
-    if not os.access(parent, os.W_OK | os.X_OK):
-        raise InputError(str(out), f"cannot write in {parent}")
-    store.check_store_path(db)
-    if not store.store_exists(db):
-        raise InputError(str(db), "no store here yet (gpuscope run or gpuscope ingest makes one)")
+    tmp = prepare_output(db, out, force, directory=False, what="the report")
     con = store.connect(db, read_only=True)
     try:
         ref = read.resolve_run(con, run, db)
@@ -51,7 +40,6 @@ def build_report(db: Path, run: str | None, out: Path, compare: str | None = Non
     page = render_report({"analysis": doc, "telemetry": tele, "series": series, "windows": windows,
                           "command": command, "compare": cmp,
                           "generated": time.strftime("%Y-%m-%d %H:%M %Z")})
-    tmp = parent / f".{out.name}.tmp-{os.getpid()}"
     try:
         tmp.write_text(page, encoding="utf-8")
         os.replace(tmp, out)

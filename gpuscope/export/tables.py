@@ -15,7 +15,8 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from ..errors import InputError, ParameterError
+from ..errors import ParameterError
+from . import prepare_output
 
 FORMATS = ("parquet", "csv")
 
@@ -61,20 +62,8 @@ def export_tables(db: Path, run: str | None, out: Path, fmt: str, force: bool = 
     if fmt not in FORMATS:
         raise ParameterError("format", "unknown format {value} (parquet or csv)", {"value": repr(fmt)})
     out = Path(out)
-    if out.exists() and not force:
-        raise InputError(str(out), "already exists (--force replaces it)")
-    if out.exists() and not out.is_dir():
-        raise InputError(str(out), "is a file; a table export writes a directory")
-    parent = out.resolve().parent
-    if not parent.is_dir():
-        raise InputError(str(out), f"no such directory: {parent}")
-    if not os.access(parent, os.W_OK | os.X_OK):
-        raise InputError(str(out), f"cannot write in {parent}")
-    store.check_store_path(db)
-    if not store.store_exists(db):
-        raise InputError(str(db), "no store here yet (gpuscope run or gpuscope ingest makes one)")
+    tmp = prepare_output(db, out, force, directory=True, what="a table export")
     con = store.connect(db, read_only=True)
-    tmp = parent / f".{out.name}.tmp-{os.getpid()}"
     try:
         ref = read.resolve_run(con, run, db)
         shutil.rmtree(tmp, ignore_errors=True)

@@ -24,7 +24,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from ..errors import InputError
+from . import prepare_output
 
 #: The largest trace the Perfetto web UI opens comfortably in a browser tab.
 BROWSER_LIMIT_BYTES = 512 * 1024 * 1024
@@ -50,21 +50,9 @@ def export_timeline(db: Path, run: str | None, out: Path, fmt: str, force: bool 
     from ..store.timeline import base_ns, device_properties, distributed_info, event_queries
 
     out = Path(out)
-    if out.exists() and not force:
-        raise InputError(str(out), "already exists (--force replaces it)")
-    if out.is_dir():
-        raise InputError(str(out), "is a directory; a timeline export writes one file")
-    parent = out.resolve().parent
-    if not parent.is_dir():
-        raise InputError(str(out), f"no such directory: {parent}")
-    if not os.access(parent, os.W_OK | os.X_OK):
-        raise InputError(str(out), f"cannot write in {parent}")
-    store.check_store_path(db)
-    if not store.store_exists(db):
-        raise InputError(str(db), "no store here yet (gpuscope run or gpuscope ingest makes one)")
+    tmp = prepare_output(db, out, force, directory=False, what="a timeline")
     gz = fmt == "perfetto" and not out.name.endswith(".json")
     con = store.connect(db, read_only=True)
-    tmp = parent / f".{out.name}.tmp-{os.getpid()}"
     counts: dict[str, int] = {}
     try:
         ref = read.resolve_run(con, run, db)

@@ -113,9 +113,7 @@ NOT_EXPORTED: dict[str, str] = {
 
 def instrument_of(metric: str) -> str:
     """The instrument a stored metric is exported as."""
-    from ..metrics import METRICS_BY_NAME
-
-    return METRICS_BY_NAME[metric].otel_name
+    return _NAMES[metric]
 
 
 _VENDORS = {"nvidia": "NVIDIA", "amd": "AMD"}

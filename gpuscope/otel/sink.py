@@ -12,7 +12,7 @@ import threading
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from ..sinks.base import SampleBatch, SamplerInfo, SamplerStats, Sink
+from ..sinks.base import SampleBatch, SamplerInfo, Sink
 from .names import INSTRUMENTS, RATES, Attrs, device_attributes, instrument_of, points, process_points
 
 #: A gap between two samples of a device longer than this is not integrated into the byte
@@ -35,6 +35,7 @@ class TelemetryState(Sink):
         self._values: dict[str, dict[tuple[str, Attrs], float]] = {}  # device -> point -> value
         self._counters: dict[tuple[str, Attrs], float] = {}
         self._last_ts: dict[str, int] = {}
+        self._rate_keys: dict[str, dict[str, tuple[str, Attrs]]] = {}  # device -> rate metric -> counter point
         self._latest: dict[str, tuple[dict[str, Any], bool]] = {}  # device -> (values, lost)
         self.devices: dict[str, Any] = {}
         self.driver_version: str | None = None
@@ -52,7 +53,10 @@ class TelemetryState(Sink):
                     self._host.add(d.key)
                     self._attrs[d.key] = ()
                 else:
-                    self._attrs[d.key] = device_attributes(d, driver)
+                    attrs = self._attrs[d.key] = device_attributes(d, driver)
+                    self._rate_keys[d.key] = {
+                        m: (instrument_of(m), tuple(sorted(attrs + ((("network.io.direction", dr),) if dr else ()))))
+                        for m, dr in RATES.items()}
 
     def write(self, batch: SampleBatch) -> None:
         with self._lock:
@@ -61,9 +65,6 @@ class TelemetryState(Sink):
                     self._add(s.device, s.ts_ns, s.values, s.lost)
                     if self.per_process_top:
                         self._add_processes(s)
-
-    def close(self, stats: SamplerStats) -> None:
-        pass
 
     def _add(self, device: str, ts_ns: int, values: dict[str, Any], lost: bool) -> None:
         attrs = self._attrs.get(device)
@@ -77,12 +78,11 @@ class TelemetryState(Sink):
         self._last_ts[device] = ts_ns
         if lost or host:
             return
-        for metric, direction in RATES.items():
+        for metric, key in self._rate_keys[device].items():
             rate = values.get(metric)
             if metric == "pcie_bytes_per_s" and (values.get("pcie_tx_bytes_per_s") is not None
                                                  or values.get("pcie_rx_bytes_per_s") is not None):
                 continue  # NVIDIA's total is tx + rx, already in hw.gpu.io
-            key = (instrument_of(metric), tuple(sorted(attrs + ((("network.io.direction", direction),) if direction else ()))))
             if rate is None and key not in self._counters:
                 continue  # a counter this device never reports
             total = self._counters.setdefault(key, 0.0)  # the series starts at 0 with its first reading

@@ -11,6 +11,9 @@ import html
 import math
 from typing import Any
 
+from .table import fmt_rate as _si
+from .table import fmt_us as _us
+
 BOUND_COLOURS = {"compute_bound": "#d9534f", "memory_bound": "#2b7bba", "latency_bound": "#e8a317", "unknown": "#8a8a8a"}
 BREAKDOWN = (("compute", "#d9534f"), ("communication", "#8e44ad"), ("memory", "#2b7bba"), ("idle", "#c8c8c8"))
 #: Ops drawn on the roofline and listed (the most time first).
@@ -37,26 +40,6 @@ svg text { fill: var(--fg); font: 11px system-ui, sans-serif; } svg .axis { stro
 
 def esc(v: Any) -> str:
     return html.escape("" if v is None else str(v), quote=True)
-
-
-def _us(v: float | None) -> str:
-    if v is None:
-        return "-"
-    v = float(v)
-    if v >= 1e6:
-        return f"{v / 1e6:,.2f} s"
-    if v >= 1e3:
-        return f"{v / 1e3:,.2f} ms"
-    return f"{v:,.1f} µs"
-
-
-def _si(v: float | None, unit: str) -> str:
-    if v is None:
-        return "-"
-    for scale, p in ((1e15, "P"), (1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")):
-        if abs(v) >= scale:
-            return f"{v / scale:,.3g} {p}{unit}"
-    return f"{v:,.3g} {unit}"
 
 
 def _pct(frac: float | None) -> str:

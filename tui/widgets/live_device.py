@@ -323,9 +323,7 @@ class DeviceCard(Widget):
         lost = lost_reason is not None or (latest is not None and latest.lost)
         if lost and lost_reason is None:
             lost_reason = reasons.get(None) or "stopped answering"
-        if lost != self.lost:
-            self.lost = lost
-            self.set_class(lost, "lost")
+        self.lost = lost  # drawn by the lines' styles (no CSS class: a class change restyles the widget)
         self.title_text = self._title(lost_reason if lost else None)
         for c in self._shown:
             if lost:
