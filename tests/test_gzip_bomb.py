@@ -256,10 +256,10 @@ from pathlib import Path
 from gpuscope.ingest import stage
 from gpuscope.cli import main
 real = stage.load_trace
-def slow_load_trace(con, *args, **kwargs):
+def slow_load_trace(batches, *args, **kwargs):
     Path({str(flag)!r}).write_text("x")
-    con.execute("SELECT count(*) FROM range(1000000000000) t(i) WHERE i % 7 = 3").fetchall()
-    return real(con, *args, **kwargs)
+    batches.con.execute("SELECT count(*) FROM range(1000000000000) t(i) WHERE i % 7 = 3").fetchall()
+    return real(batches, *args, **kwargs)
 stage.load_trace = slow_load_trace
 sys.exit(main(["ingest", {str(t)!r}, "--db", {str(db)!r}, "-q"]))
 """

@@ -3,8 +3,8 @@
 thread that encloses the launch), the op tree, the launches captured into CUDA/HIP graphs, and
 the kernels replayed from those graphs back to the ops that captured them.
 
-:func:`split_events` cuts ``ev`` (:mod:`.parse`) into the tables linking works on;
-:func:`link_kernels` (run once ``ev`` is dropped) leaves ``kernel_stage``, ``op_stage``,
+:func:`split_events` builds the tables linking works on from the class tables :mod:`.parse`
+fills; :func:`link_kernels` leaves ``kernel_stage``, ``op_stage``,
 ``op_parent``, ``op_launching``, ``graph_stage`` and ``annotation_stage`` for the writer.
 """
 from __future__ import annotations
@@ -12,77 +12,56 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from ..kernel_names import MEMCPY_KERNEL_RE, MEMSET_KERNEL_RE, category_sql
+from ..kernel_names import category_sql
 
 if TYPE_CHECKING:  # pragma: no cover
     import duckdb
 
-#: Split the parsed events (``ev``) into the tables linking works on. Orderings end
-#: with ``part, rowid``, the event's position in the trace, so that events with equal times (an
-#: op and the op it wraps, both 5 µs long at µs resolution; Kineto writes the outer one first)
-#: come out the same way on one thread or several.
-_EXTRACT_SQL = """
-CREATE TEMP TABLE gpu AS
-SELECT e.trace_id,
-       coalesce(e.device, e.pid, '?') AS dev_label,
-       TRY_CAST(coalesce(e.device, e.pid) AS INTEGER) AS device_index,
-       e.stream,
-       CASE WHEN lower(e.cat) IN ('gpu_memcpy', 'memcpy') THEN 'memcpy'
-            WHEN lower(e.cat) IN ('gpu_memset', 'memset') THEN 'memset'
-            WHEN regexp_matches(coalesce(e.name, ''), '{memcpy}', 'i') THEN 'memcpy'
-            WHEN regexp_matches(coalesce(e.name, ''), '{memset}', 'i') THEN 'memset'
-            ELSE 'kernel' END AS kind,
-       e.name, e.ts_ns, e.dur_ns, e.correlation,
-       e.ext_id,
-       e.grid, e.block, e.registers, e.shared_memory, e.occupancy_pct, e.bytes
-FROM ev e
-WHERE e.cls = 'gpu';
+    from .parse import Batches
 
+#: What linking needs of the whole run, built from the class tables :mod:`.parse` fills
+#: (``gpu``, ``rt_ev``, ``op_ev``, ``annotation_stage``). Orderings end with ``part, rowid``,
+#: the event's position in the trace, so that events with equal times (an op and the op it
+#: wraps, both 5 µs long at µs resolution; Kineto writes the outer one first) come out the
+#: same way on one thread or several.
+_EXTRACT_SQL = """
 CREATE TEMP TABLE rt AS
 SELECT trace_id, correlation, name, ts_ns, dur_ns, ext_id, pid, tid
-FROM ev WHERE cls = 'runtime' AND correlation IS NOT NULL
+FROM {rt_ev} WHERE correlation IS NOT NULL
   AND (trace_id, correlation) IN (SELECT trace_id, correlation FROM gpu WHERE correlation IS NOT NULL)
-QUALIFY row_number() OVER (PARTITION BY trace_id, correlation ORDER BY ts_ns, part, rowid) = 1;
+QUALIFY row_number() OVER (PARTITION BY trace_id, correlation ORDER BY ts_ns, part, pos) = 1;
 
 -- Kernel launches made while a CUDA/HIP graph was being captured: inside a
 -- *StreamBeginCapture .. *StreamEndCapture window of their process, naming their kernel
 -- (args.kernel), with no GPU activity of their own. Each window is one graph.
 CREATE TEMP TABLE capture_window AS
 SELECT trace_id, pid, ts_ns AS begin_ns,
-       lead(ts_ns) OVER (PARTITION BY trace_id, pid ORDER BY ts_ns, part, rowid) AS end_ns,
+       lead(ts_ns) OVER (PARTITION BY trace_id, pid ORDER BY ts_ns, part, pos) AS end_ns,
        name LIKE '%EndCapture%' AS is_end,
-       lead(name LIKE '%EndCapture%') OVER (PARTITION BY trace_id, pid ORDER BY ts_ns, part, rowid) AS next_is_end
-FROM ev WHERE cls = 'runtime' AND (name LIKE '%StreamBeginCapture%' OR name LIKE '%StreamEndCapture%');
+       lead(name LIKE '%EndCapture%') OVER (PARTITION BY trace_id, pid ORDER BY ts_ns, part, pos) AS next_is_end
+FROM {rt_ev} WHERE name LIKE '%StreamBeginCapture%' OR name LIKE '%StreamEndCapture%';
 
 CREATE TEMP TABLE captured AS
 SELECT e.trace_id, w.begin_ns AS graph_begin_ns, e.correlation, e.name AS launch_name,
        e.launch_kernel AS kernel_name, e.ts_ns, e.dur_ns, e.ext_id, e.pid, e.tid,
        e.grid, e.block
-FROM ev e JOIN capture_window w
+FROM {rt_ev} e JOIN capture_window w
   ON w.trace_id = e.trace_id AND w.pid = e.pid AND NOT w.is_end AND w.next_is_end
  AND e.ts_ns BETWEEN w.begin_ns AND w.end_ns
-WHERE e.cls = 'runtime' AND e.launch_kernel IS NOT NULL AND e.correlation IS NOT NULL
+WHERE e.launch_kernel IS NOT NULL AND e.correlation IS NOT NULL
   AND (e.trace_id, e.correlation) NOT IN (SELECT trace_id, correlation FROM gpu WHERE correlation IS NOT NULL);
 DROP TABLE capture_window;
 
 INSERT INTO rt SELECT trace_id, correlation, launch_name, ts_ns, dur_ns, ext_id, pid, tid FROM captured;
 
 CREATE TEMP TABLE op_stage AS
-SELECT row_number() OVER (ORDER BY trace_id, ts_ns, dur_ns DESC, part, rowid) - 1 AS op_id,
+SELECT row_number() OVER (ORDER BY trace_id, ts_ns, dur_ns DESC, part, pos) - 1 AS op_id,
        trace_id, pid, tid, name, ts_ns, dur_ns, ext_id AS external_id, sequence_number,
        input_dims, input_types, input_strides, concrete_inputs
-FROM ev WHERE cls = 'op';
-
-CREATE TEMP TABLE annotation_stage AS
-SELECT trace_id,
-       CASE WHEN name LIKE 'ProfilerStep#%' THEN 'profiler_step' ELSE lower(cat) END AS kind,
-       name, ts_ns, dur_ns,
-       CASE WHEN lower(cat) = 'gpu_user_annotation' THEN coalesce(device, pid) END AS dev_label,
-       pid, tid
-FROM ev WHERE cls = 'annotation';
+FROM {op_ev};
 """
 
-#: Linking, on the tables above only (``ev`` is dropped before it runs, to keep memory low).
+#: Linking, on the tables above.
 _LINK_SQL = """
 CREATE TEMP TABLE op_by_ext AS
 SELECT trace_id, external_id, op_id, ts_ns, dur_ns FROM op_stage WHERE external_id IS NOT NULL
@@ -181,15 +160,19 @@ SELECT op_id FROM anc;
 """
 
 
-def split_events(con: duckdb.DuckDBPyConnection) -> None:
-    """Split the parsed events (``ev``) into GPU activity, launches (with those captured into
-    graphs), ops and annotations; ``ev`` itself is left for the caller to count and drop."""
-    con.execute(_EXTRACT_SQL.replace("{memcpy}", MEMCPY_KERNEL_RE).replace("{memset}", MEMSET_KERNEL_RE))
+def split_events(batches: Batches) -> None:
+    """From the class tables of the whole run: the launches that link (with those captured
+    into graphs) and the ops numbered in trace order; the batches' ``rt_ev`` and ``op_ev``
+    are dropped."""
+    batches.con.execute(_EXTRACT_SQL.replace("{rt_ev}", batches.union("rt_ev"))
+                        .replace("{op_ev}", batches.union("op_ev")))
+    batches.drop("rt_ev")
+    batches.drop("op_ev")
 
 
 def link_kernels(con: duckdb.DuckDBPyConnection) -> tuple[int, int]:
     """Link kernels to launches and ops, build the op tree and map graph replays (the tables of
-    :func:`split_events`, once ``ev`` is gone). Returns (replayed kernels, mapped kernels)."""
+    :func:`split_events`). Returns (replayed kernels, mapped kernels)."""
     con.execute(_LINK_SQL)
     if con.execute(f"SELECT count(*) {_UNCLAIMED_LAUNCHES}").fetchone()[0]:
         con.execute(_ENCLOSING_LINK_SQL)

@@ -11,11 +11,12 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..errors import GpuscopeError, InputError
+from ..kernel_names import MEMCPY_KERNEL_RE, MEMSET_KERNEL_RE
 from .read import CHUNK_BYTES, SpooledTrace
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -178,11 +179,12 @@ FROM (
 )"""
 
 
-#: ``cls`` as an ENUM (one byte a row instead of a 16-byte string slot): the parsed events are
-#: the largest thing ingest holds, so this lowers its peak (bench/README.md).
+#: ``cls`` as an ENUM (one byte a row instead of a 16-byte string slot).
 EV_DDL = (
     "CREATE TYPE ev_class AS ENUM ('gpu', 'op', 'runtime', 'annotation', 'ignored', 'malformed:not an object', "
-    "'malformed:no numeric ts', 'malformed:no numeric dur', 'malformed:negative dur'); "
+    "'malformed:no numeric ts', 'malformed:no numeric dur', 'malformed:negative dur')"
+)
+_EV_TABLE_DDL = (
     "CREATE TEMP TABLE ev (trace_id INTEGER, cls ev_class, ph VARCHAR, cat VARCHAR, name VARCHAR, "
     "pid VARCHAR, tid VARCHAR, ext_id BIGINT, correlation BIGINT, "
     "device VARCHAR, stream BIGINT, grid INTEGER[], block INTEGER[], registers INTEGER, shared_memory BIGINT, "
@@ -190,6 +192,96 @@ EV_DDL = (
     "concrete_inputs VARCHAR, sequence_number BIGINT, launch_kernel VARCHAR, ts_ns BIGINT, dur_ns BIGINT, "
     "part INTEGER)"
 )
+
+#: One batch's events (``ev``) routed into tables of their own class, each with only the
+#: columns its events use, and counted. ``part, pos`` (the event's part of the spool and its
+#: row in ``ev``, where each part's rows are in order) give an event's position in its trace.
+#: Runtime calls are kept when they can link (a correlation id) or open or close a graph
+#: capture. A table per batch (``gpu_3``): creating a table from a query is 2-3x faster in
+#: DuckDB than appending to one (bench/README.md, "Ingest at scale").
+_ROUTE_SQL = """
+CREATE TEMP TABLE gpu_{k} AS
+SELECT trace_id, coalesce(device, pid, '?') AS dev_label, TRY_CAST(coalesce(device, pid) AS INTEGER) AS device_index,
+       stream,
+       CASE WHEN lower(cat) IN ('gpu_memcpy', 'memcpy') THEN 'memcpy'
+            WHEN lower(cat) IN ('gpu_memset', 'memset') THEN 'memset'
+            WHEN regexp_matches(coalesce(name, ''), '{memcpy}', 'i') THEN 'memcpy'
+            WHEN regexp_matches(coalesce(name, ''), '{memset}', 'i') THEN 'memset'
+            ELSE 'kernel' END AS kind,
+       name, ts_ns, dur_ns, correlation, ext_id, grid, block, registers, shared_memory, occupancy_pct, bytes
+FROM ev WHERE cls = 'gpu';
+CREATE TEMP TABLE rt_ev_{k} AS
+SELECT trace_id, name, ts_ns, dur_ns, correlation, ext_id, pid, tid, launch_kernel, grid, block, part, rowid AS pos
+FROM ev WHERE cls = 'runtime' AND (correlation IS NOT NULL OR name LIKE '%StreamBeginCapture%'
+                                   OR name LIKE '%StreamEndCapture%');
+CREATE TEMP TABLE op_ev_{k} AS
+SELECT trace_id, pid, tid, name, ts_ns, dur_ns, ext_id, sequence_number, input_dims, input_types, input_strides,
+       concrete_inputs, part, rowid AS pos
+FROM ev WHERE cls = 'op';
+CREATE TEMP TABLE annotation_stage_{k} AS
+SELECT trace_id, CASE WHEN name LIKE 'ProfilerStep#%' THEN 'profiler_step' ELSE lower(cat) END AS kind, name,
+       ts_ns, dur_ns, CASE WHEN lower(cat) = 'gpu_user_annotation' THEN coalesce(device, pid) END AS dev_label,
+       pid, tid
+FROM ev WHERE cls = 'annotation';
+CREATE TEMP TABLE ev_counts_{k} AS
+SELECT trace_id, cls::VARCHAR AS cls, CASE WHEN cls IN ('gpu', 'op', 'annotation') THEN NULL ELSE cat END AS cat,
+       CASE WHEN cls IN ('gpu', 'op', 'annotation') THEN NULL ELSE ph END AS ph, count(*) AS n,
+       count(*) FILTER (WHERE cls = 'runtime' AND name LIKE 'hip%') AS hip,
+       count(*) FILTER (WHERE cls = 'runtime' AND name LIKE 'cu%') AS cuda,
+       count(*) FILTER (WHERE name LIKE '%StreamBeginCapture%') AS begin_capture,
+       count(*) FILTER (WHERE name LIKE '%GraphLaunch%') AS graph_launch,
+       min(ts_ns) AS min_ts_ns
+FROM ev GROUP BY ALL;
+DROP TABLE ev;
+"""
+
+#: The tables each batch makes (``{name}_{k}``).
+BATCH_TABLES = ("gpu", "rt_ev", "op_ev", "annotation_stage", "ev_counts")
+
+
+class Batches:
+    """The batches parsed so far on one staging connection: :func:`load_trace` adds them, the
+    later stages read each class as one table (:meth:`union`) and drop the parts
+    (:meth:`drop`)."""
+
+    def __init__(self, con: duckdb.DuckDBPyConnection) -> None:
+        self.con = con
+        self.count = 0
+        con.execute(EV_DDL)
+
+    def route(self) -> None:
+        """Route the current ``ev`` into this batch's tables (and drop ``ev``)."""
+        self.con.execute(_ROUTE_SQL.replace("{memcpy}", MEMCPY_KERNEL_RE).replace("{memset}", MEMSET_KERNEL_RE)
+                         .replace("{k}", str(self.count)))
+        self.count += 1
+
+    def union(self, name: str) -> str:
+        """Every batch's ``name`` table as one relation (a subquery)."""
+        if not self.count:
+            return f"(SELECT * FROM {name}_empty)"
+        return "(" + " UNION ALL ".join(f"SELECT * FROM {name}_{k}" for k in range(self.count)) + ")"
+
+    def materialize(self, name: str) -> None:
+        """``name`` as one table of every batch's rows (in batch order); the parts dropped."""
+        self.con.execute(f"CREATE TEMP TABLE {name} AS SELECT * FROM {self.union(name)}")
+        self.drop(name)
+
+    def drop(self, name: str) -> None:
+        self.con.execute("".join(f"DROP TABLE IF EXISTS {name}_{k};" for k in range(self.count))
+                         + f"DROP TABLE IF EXISTS {name}_empty;")
+
+    def delete_trace(self, trace_id: int) -> None:
+        """Remove one trace's rows from every batch (a trace read again, or skipped)."""
+        self.con.execute("".join(f"DELETE FROM {t}_{k} WHERE trace_id = {int(trace_id)};"
+                                 for t in BATCH_TABLES for k in range(self.count)))
+
+    def ensure_shape(self) -> None:
+        """With no batch at all (every file skipped), empty tables of each class's shape."""
+        if self.count:
+            return
+        self.con.execute(_EV_TABLE_DDL)
+        self.con.execute(_ROUTE_SQL.replace("{memcpy}", MEMCPY_KERNEL_RE).replace("{memset}", MEMSET_KERNEL_RE)
+                         .replace("{k}", "empty"))
 
 
 def time_base(header: dict[str, Any]) -> int:
@@ -280,23 +372,64 @@ def split_spool(spool: Path, part_bytes: int | None = None) -> list[Path]:
         os.close(fd)
 
 
-def load_trace(con: duckdb.DuckDBPyConnection, trace_id: int, spooled: SpooledTrace, base_ns: int) -> int:
-    """Parse the spooled events of one trace into the temp table ``ev`` (one row per event,
-    classified); returns the number of events. Tries DuckDB's typed reader first and falls back
-    to the lenient one for traces whose events do not fit its types. The spool is read in parts
-    (:func:`split_spool`) when it can be cut; if the parts do not parse, it is read whole."""
+#: Parts parsed by one statement, per DuckDB thread: the batch's rows are routed into the class
+#: tables and its ``ev`` dropped before the next, so what staging holds grows with the events
+#: gpuscope keeps, not with every event of the trace (bench/README.md, "Ingest at scale").
+PARTS_PER_THREAD = 8
+
+#: Called after each batch with (events parsed so far in this trace, JSON bytes parsed so far,
+#: the trace's JSON bytes).
+BatchCallback = Callable[[int, int, int], None]
+
+
+def load_trace(batches: Batches, trace_id: int, spooled: SpooledTrace, base_ns: int,
+               threads: int = 1, on_batch: BatchCallback | None = None) -> int:
+    """Parse the spooled events of one trace into batches of class tables (:class:`Batches`),
+    classified and counted; returns the number of events.
+
+    The spool is read in parts (:func:`split_spool`) when it can be cut, a batch of parts per
+    statement; if a part does not parse (a cut that was not between two events), the trace's
+    rows are removed and the spool is read whole. Each batch tries DuckDB's typed reader first
+    and falls back to the lenient one for events that do not fit its types."""
     parts = split_spool(spooled.spool)
     try:
         if len(parts) > 1:
             try:
-                return _insert_events(con, trace_id, base_ns, spooled, parts)
+                return _insert_batches(batches, trace_id, base_ns, spooled, parts, threads, on_batch)
             except InputError:  # a cut that was not between two events, or malformed JSON
-                pass  # (a failed INSERT leaves nothing behind)
-        return _insert_events(con, trace_id, base_ns, spooled, [spooled.spool])
+                batches.delete_trace(trace_id)
+        return _insert_batches(batches, trace_id, base_ns, spooled, [spooled.spool], threads, on_batch)
     finally:
         for part in parts:
             if part != spooled.spool:
                 part.unlink(missing_ok=True)
+
+
+def _insert_batches(
+    batches: Batches, trace_id: int, base_ns: int, spooled: SpooledTrace, files: Sequence[Path],
+    threads: int, on_batch: BatchCallback | None,
+) -> int:
+    step = max(1, PARTS_PER_THREAD * threads)
+    sizes = [f.stat().st_size for f in files]
+    total = sum(sizes)
+    events = done = 0
+    con = batches.con
+    for i in range(0, len(files), step):
+        batch = files[i:i + step]
+        con.execute(_EV_TABLE_DDL)
+        try:
+            events += _insert_events(con, trace_id, base_ns, spooled, batch)
+            batches.route()
+        except BaseException:
+            con.execute("DROP TABLE IF EXISTS ev")
+            raise
+        for f in batch:  # parsed: its disk space back now, not at the end of the trace
+            if f != spooled.spool:
+                f.unlink(missing_ok=True)
+        done += sum(sizes[i:i + step])
+        if on_batch is not None:
+            on_batch(events, min(done, total), total)
+    return events
 
 
 def _insert_events(
@@ -316,6 +449,7 @@ def _insert_events(
             if source is _typed_source:
                 continue  # events that do not fit the typed reader: read them leniently
             raise InputError(str(spooled.source), f"malformed JSON in the events ({_reader_error(exc, files)})") from None
+    raise AssertionError("unreachable")
 
 
 def _reader_error(exc: Exception, files: Sequence[Path]) -> str:
@@ -346,8 +480,9 @@ def count_events(con: duckdb.DuckDBPyConnection) -> dict[str, Any]:
     ignored: dict[str, int] = {}
     accel: dict[str, int] = {}
     for cls, cat, ph, n in con.execute(
-        "SELECT cls, cat, ph, count(*) FROM ev WHERE cls NOT IN ('gpu', 'op', 'annotation') GROUP BY ALL"
+        "SELECT cls, cat, ph, sum(n) FROM ev_counts WHERE cls NOT IN ('gpu', 'op', 'annotation') GROUP BY ALL ORDER BY ALL"
     ).fetchall():
+        n = int(n)
         if cls.startswith("malformed:"):
             reason = cls.split(":", 1)[1]
             skipped[reason] = skipped.get(reason, 0) + n
@@ -358,14 +493,20 @@ def count_events(con: duckdb.DuckDBPyConnection) -> dict[str, Any]:
         pretty = next((v for k, v in ACCELERATOR_PREFIXES.items() if cat and cat.lower().startswith(k)), None)
         if pretty:
             accel[pretty] = accel.get(pretty, 0) + n
-    hip, cuda = con.execute(
-        "SELECT count(*) FILTER (WHERE name LIKE 'hip%'), count(*) FILTER (WHERE name LIKE 'cu%') FROM ev WHERE cls = 'runtime'"
-    ).fetchone()
-    return {"skipped": skipped, "ignored": ignored, "accelerators": accel, "runtime_hip": hip, "runtime_cuda": cuda}
+    hip, cuda = con.execute("SELECT coalesce(sum(hip), 0), coalesce(sum(cuda), 0) FROM ev_counts").fetchone()
+    return {"skipped": skipped, "ignored": ignored, "accelerators": accel, "runtime_hip": int(hip),
+            "runtime_cuda": int(cuda)}
 
 
 def count_graph_events(con: duckdb.DuckDBPyConnection) -> dict[int, dict[str, int]]:
     """Per trace, its events named ``*StreamBeginCapture`` and ``*GraphLaunch`` (any category)."""
     return {int(t): {"stream_begin_capture": int(c), "graph_launch": int(g)} for t, c, g in con.execute(
-        "SELECT trace_id, count(*) FILTER (WHERE name LIKE '%StreamBeginCapture%'), "
-        "count(*) FILTER (WHERE name LIKE '%GraphLaunch%') FROM ev GROUP BY trace_id").fetchall()}
+        "SELECT trace_id, sum(begin_capture), sum(graph_launch) FROM ev_counts GROUP BY trace_id").fetchall()}
+
+
+def usable_events(batches: Batches, trace_id: int) -> tuple[int, int | None]:
+    """(events gpuscope uses, the earliest of their times in ns) of one parsed trace."""
+    n, first = batches.con.execute(
+        f"SELECT coalesce(sum(n), 0), min(min_ts_ns) FROM {batches.union('ev_counts')} "
+        f"WHERE trace_id = ? AND {USABLE_EVENTS}", [trace_id]).fetchone()
+    return int(n), first

@@ -14,7 +14,9 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import GpuscopeError, InputError
 from .link import link_kernels, split_events
-from .parse import EV_DDL, USABLE_EVENTS, count_events, count_graph_events, load_trace, sql_str, time_base
+from .parse import (
+    Batches, count_events, count_graph_events, load_trace, sql_str, time_base, usable_events,
+)
 from .progress import Progress, quiet
 from .read import MAX_INFLATE_RATIO, InflateLimitError, SpoolAhead
 
@@ -27,7 +29,7 @@ ABSOLUTE_US_THRESHOLD = 1e14
 
 #: Every temporary table ingest creates on its staging connection.
 STAGING_TABLES = (
-    "ev", "gpu", "rt", "capture_window", "captured", "op_stage", "annotation_stage", "op_by_ext", "rt_link",
+    "ev", "ev_counts", "gpu", "rt", "capture_window", "captured", "op_stage", "annotation_stage", "op_by_ext", "rt_link",
     "op_depth", "kernel_stage", "op_parent", "graph_stage", "op_launching", "graph_map", "dev_map",
 )
 
@@ -80,6 +82,8 @@ def _staging_connection() -> duckdb.DuckDBPyConnection:
 #: tighter limits cost time (bench/README.md). An input that cannot be staged within it
 #: (DuckDB cannot spill everything) is staged again without a limit.
 STAGING_MEMORY_LIMIT = "100MB"
+#: The memory limit once the input reaches :data:`PARALLEL_JSON_BYTES`.
+LARGE_STAGING_MEMORY_LIMIT = "512MB"
 
 
 def stage_traces(
@@ -139,10 +143,10 @@ def _stage_into(
     con: duckdb.DuckDBPyConnection, paths: Sequence[Path], progress: Progress, optional: Collection[Path],
     memory_limit: str | None, ahead: SpoolAhead,
 ) -> tuple[duckdb.DuckDBPyConnection, list[TraceInfo], dict[str, Any]]:
-    con.execute(EV_DDL)
+    batches = Batches(con)
     infos: list[TraceInfo] = []
     not_traces: list[str] = []
-    json_total, parallel = 0, False
+    json_total, threads = 0, 1
     for index, path in enumerate(paths):
         trace_id = len(infos)
         progress(f"reading {path}")
@@ -156,49 +160,41 @@ def _stage_into(
         base = time_base(spooled.header)
         json_total += spooled.json_bytes
         if json_total >= PARALLEL_JSON_BYTES:
-            if not parallel:
-                con.execute(f"SET threads = {max(1, min(4, os.cpu_count() or 1))}")
-                parallel = True
-            # Several threads hold more at once than one: the one-thread limit plus the
-            # input's size, rather than DuckDB's default (a share of RAM), which peaks
-            # higher for little speed (bench/README.md).
+            if threads == 1:
+                threads = max(1, min(4, os.cpu_count() or 1))
+                con.execute(f"SET threads = {threads}")
+            # Large inputs: the staged rows of a million events outgrow the small limit and
+            # would spill to disk, which doubles the parse (bench/README.md, "Ingest at
+            # scale"); past the large limit they spill, which keeps 5M events under 1 GiB.
             if memory_limit is not None:
-                con.execute(f"SET memory_limit = '{(_limit_bytes(memory_limit) + json_total) >> 20}MiB'")
+                con.execute(f"SET memory_limit = {sql_str(LARGE_STAGING_MEMORY_LIMIT)}")
             else:
                 con.execute("RESET memory_limit")
         try:
-            n = load_trace(con, trace_id, spooled, base)
+            n = load_trace(batches, trace_id, spooled, base, threads, on_batch=None)
         finally:
             spooled.spool.unlink(missing_ok=True)
-        if path in optional and len(paths) > 1:
-            usable = con.execute(
-                f"SELECT count(*) FROM ev WHERE trace_id = ? AND {USABLE_EVENTS}",
-                [trace_id],
-            ).fetchone()[0]
-            if not usable:
-                con.execute("DELETE FROM ev WHERE trace_id = ?", [trace_id])
-                not_traces.append(f"{path.name} (no trace events)")
-                continue
-        relative = base > 0
-        if not relative:
-            min_ts = con.execute(
-                # (no base: ts_ns is ts in µs times 1000)
-                f"SELECT min(ts_ns) FROM ev WHERE trace_id = ? AND {USABLE_EVENTS}",
-                [trace_id],
-            ).fetchone()[0]
-            relative = min_ts is not None and min_ts < ABSOLUTE_US_THRESHOLD * 1000
+        usable, min_ts = usable_events(batches, trace_id)
+        if path in optional and len(paths) > 1 and not usable:
+            batches.delete_trace(trace_id)
+            not_traces.append(f"{path.name} (no trace events)")
+            continue
+        # (no base: ts_ns is ts in µs times 1000)
+        relative = base > 0 or (min_ts is not None and min_ts < ABSOLUTE_US_THRESHOLD * 1000)
         infos.append(
             TraceInfo(trace_id, str(path), spooled.form, spooled.size_bytes, spooled.json_bytes, n,
                       base, relative, _rank(spooled.header), spooled.header)
         )
     progress("linking kernels to launches and ops")
-    split_events(con)
+    batches.ensure_shape()
+    for name in ("gpu", "annotation_stage", "ev_counts"):  # small next to the ops and launches
+        batches.materialize(name)
+    split_events(batches)
     counts = count_events(con)
     graph_events = count_graph_events(con)
     for info in infos:
         info.graph_events = graph_events.get(info.trace_id, {"stream_begin_capture": 0, "graph_launch": 0})
-    # The parsed events are the largest thing held: free them before linking builds its own.
-    con.execute("DROP TABLE ev")
+    con.execute("DROP TABLE ev_counts")
     counts["not_traces"] = not_traces
     counts["graph_replayed_kernels"], counts["graph_mapped_kernels"] = link_kernels(con)
     return con, infos, counts
