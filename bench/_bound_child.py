@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """The least work any DuckDB-based ingest of a trace must do, as one whole process.
 
-    python bench/_bound_child.py TRACE
+    python bench/_bound_child.py TRACE_OR_DIR
 
 Starts the interpreter, imports DuckDB as gpuscope does and opens a database, streams the
 trace once (gunzip, events copied out: :func:`gpuscope.ingest.read.spool_events`, then cut into
@@ -12,7 +12,8 @@ need (``ph``, ``cat``, ``name``, ``pid``, ``tid``, ``ts``, ``dur``, ``args.corre
 Nothing is classified, linked, stored or analyzed. The benchmark times this process from
 spawn to exit: no gpuscope ingest built on DuckDB can take less on the same machine, and a
 two-step ingest + analyze pays at least this plus one more interpreter with DuckDB (the floor
-process). Prints one JSON line with the time
+process). A directory (rank traces) is every trace in it: all spooled, then all parsed in one
+statement on every thread (the most parallel form; gpuscope parses file by file). Prints one JSON line with the time
 of each phase inside the process.
 """
 
@@ -38,17 +39,21 @@ def main() -> int:
     from gpuscope.ingest.read import spool_events
     from gpuscope.ingest.stage import PARALLEL_JSON_BYTES
 
+    from gpuscope.ingest.read import expand_paths
+    from gpuscope.ingest.stage import default_threads
+
     con = duckdb.connect(":memory:", config={"threads": 1})
     t1 = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="gpuscope-bound-") as tmp:
-        spooled = spool_events(Path(sys.argv[1]), Path(tmp))
+        spools = [spool_events(f, Path(tmp)) for f in expand_paths([sys.argv[1]])]
         threads = 1
-        if spooled.json_bytes >= PARALLEL_JSON_BYTES:  # as gpuscope's ingest does
-            threads = max(1, min(4, os.cpu_count() or 1))
+        if sum(s.json_bytes for s in spools) >= PARALLEL_JSON_BYTES:  # as gpuscope's ingest does
+            threads = default_threads()
             con.execute(f"SET threads = {threads}")
         t2 = time.perf_counter()
         # in parts of a few MiB, as gpuscope reads them (less memory than one buffer)
-        files = "[" + ", ".join("'" + str(p).replace("'", "''") + "'" for p in split_spool(spooled.spool)) + "]"
+        parts = [p for s in spools for p in split_spool(s.spool)]
+        files = "[" + ", ".join("'" + str(p).replace("'", "''") + "'" for p in parts) + "]"
         try:  # the typed reader: the fastest form, for traces whose events fit it
             con.execute(
                 f"CREATE TEMP TABLE ev AS SELECT * FROM read_json({files}, format='array', "

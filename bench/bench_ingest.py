@@ -80,11 +80,13 @@ def _maxrss_bytes(ru_maxrss: int) -> int:
     return ru_maxrss if sys.platform == "darwin" else ru_maxrss * 1024
 
 
-def run_child(argv: list[str], cwd: Path | None = None) -> Proc:
-    """Run argv to completion; wall time from spawn to reap, peak RSS via wait4."""
+def run_child(argv: list[str], cwd: Path | None = None, cpus: set[int] | None = None) -> Proc:
+    """Run argv to completion; wall time from spawn to reap, peak RSS via wait4. With ``cpus``
+    the child runs on those cores only (``sched_setaffinity``)."""
+    preexec = (lambda: os.sched_setaffinity(0, cpus)) if cpus else None
     with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
         t0 = time.perf_counter()
-        p = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=out, stderr=err, cwd=cwd)
+        p = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=out, stderr=err, cwd=cwd, preexec_fn=preexec)
         _, status, ru = os.wait4(p.pid, 0)
         wall = time.perf_counter() - t0
         rc = os.waitstatus_to_exitcode(status)

@@ -348,15 +348,6 @@ def test_large_inputs_are_staged_with_several_threads(tmp_path, db, monkeypatch)
     assert doc["time_us"]["idle"] == pytest.approx(6.0 * 499)
 
 
-def test_memory_limits_are_read_as_duckdb_writes_them() -> None:
-    from gpuscope.ingest.stage import _limit_bytes
-
-    assert _limit_bytes("100MB") == 100_000_000 and _limit_bytes("1MB") == 1_000_000
-    assert _limit_bytes("1.5GiB") == 3 << 29 and _limit_bytes("512 KiB") == 512 << 10
-    with pytest.raises(ValueError):
-        _limit_bytes("lots")
-
-
 def _spy_reads(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     """Record how many files (the whole spool, or its parts) each read of events was given, and
     still read them."""
@@ -415,7 +406,7 @@ def test_events_read_in_parts_give_the_same_run(tmp_path, db, monkeypatch, odd_e
     monkeypatch.setattr(parse, "SPOOL_PART_BYTES", 4096)
     in_parts = ingest_and_analyze()
     # read once, in parts, a batch of parts per statement
-    assert sum(seen[1:]) > 10 and all(n <= parse.PARTS_PER_THREAD for n in seen[1:]) and len(seen) > 2
+    assert sum(seen[1:]) > 10 and all(n <= parse.PARTS_PER_BATCH for n in seen[1:]) and len(seen) > 2
     assert in_parts == whole
     assert whole[0]["ignored"] == {"ac2g": 300} and whole[0]["events"] == len(events)
     parts = whole[1]

@@ -20,7 +20,22 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--all-ops", action="store_true",
                         help="keep every CPU op (default: on traces with GPU activity, only ops that launched GPU work and their ancestors)")
     parser.add_argument("-q", "--quiet", action="store_true", help="no progress lines on stderr")
+    parser.add_argument("--progress", action="store_true",
+                        help="progress on stderr even when it is not a terminal or with --json "
+                             "(default: only on a terminal, without --json)")
+    parser.add_argument("--threads", type=_threads, metavar="N",
+                        help="most threads for parsing and files read at once (default: the cores, at most 8)")
     add_inflate_argument(parser)
+
+
+def _threads(text: str) -> int:
+    try:
+        n = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+    if not 1 <= n <= 256:
+        raise argparse.ArgumentTypeError(f"{n} is out of range (1 to 256)")
+    return n
 
 
 def run(args: argparse.Namespace) -> int:
@@ -28,9 +43,11 @@ def run(args: argparse.Namespace) -> int:
     from .. import ingest
     from ..render.ingest import render_ingest
 
-    progress = ingest.stderr_progress(sys.stderr.isatty() and not args.quiet)
+    shown = args.progress or (sys.stderr.isatty() and not args.quiet and not args.json)
+    progress = ingest.stderr_progress(shown)
     result = ingest.ingest(db_path(args), args.paths, name=args.name, progress=progress, all_ops=args.all_ops,
-                           max_inflate_ratio=args.max_inflate_ratio or ingest.MAX_INFLATE_RATIO)
+                           max_inflate_ratio=args.max_inflate_ratio or ingest.MAX_INFLATE_RATIO,
+                           threads=args.threads)
     doc = result.to_json()
     if args.json:
         print_json(doc)

@@ -14,7 +14,8 @@ order the data flows:
   limit, threads); :mod:`.devices` names the devices the staged rows ran on.
 - :mod:`.write`: writes the staged run into the store in one transaction, the ``runs`` row only
   through :mod:`gpuscope.store.runs`.
-- :mod:`.progress`: one line per stage on stderr.
+- :mod:`.progress`: one line per stage on stderr, and a live line (file, events, rate, time
+  left) while a file is parsed.
 
 :func:`ingest` ties them together. Nothing touches the store before everything is parsed and
 linked, so a bad input leaves the store exactly as it was.
@@ -28,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import InputError
 from .devices import device_rows, map_devices
-from .progress import Progress, quiet, stderr_progress
+from .progress import Progress, ProgressLine, quiet, stderr_progress
 from .read import MAX_INFLATE_RATIO, InflateLimitError, expand_paths, inputs_digest
 from .stage import STAGING_TABLES, TraceInfo, stage_traces
 from .write import GRAPH_EVENTS_KEY, write_run
@@ -37,7 +38,7 @@ if TYPE_CHECKING:  # pragma: no cover
     import duckdb
 
 __all__ = [
-    "GRAPH_EVENTS_KEY", "MAX_INFLATE_RATIO", "STAGING_TABLES", "InflateLimitError", "IngestResult", "Progress",
+    "GRAPH_EVENTS_KEY", "MAX_INFLATE_RATIO", "STAGING_TABLES", "InflateLimitError", "IngestResult", "Progress", "ProgressLine",
     "TraceInfo", "default_run_name", "expand_paths", "ingest", "inputs_digest", "stage_traces", "stderr_progress",
 ]
 
@@ -94,6 +95,7 @@ def ingest(
     into_run: int | None = None,
     keep_open: bool = False,
     max_inflate_ratio: float = MAX_INFLATE_RATIO,
+    threads: int | None = None,
 ) -> IngestResult:
     """Load Kineto traces (files, ``.gz``, directories) as one run of the store at ``db_path``.
 
@@ -107,6 +109,9 @@ def ingest(
     Everything is parsed and linked before the store is opened; the run is then written in one
     transaction, so a bad input leaves the store exactly as it was.
 
+    ``threads`` caps the DuckDB threads and the files spooled at once (default: the cores this
+    process may use, at most 8; inputs under 48 MiB of JSON are parsed on one).
+
     Of the CPU ops, a trace with GPU activity keeps those that launched GPU work and their
     ancestors (``all_ops`` keeps every one); a CPU-only trace keeps every op.
     """
@@ -116,7 +121,7 @@ def ingest(
     files = expand_paths(paths)
     explicit = {Path(p) for p in paths}
     con, infos, counts = stage_traces(files, progress, optional=[f for f in files if f not in explicit],
-                                      max_inflate_ratio=max_inflate_ratio)
+                                      max_inflate_ratio=max_inflate_ratio, threads=threads)
     handed_over: duckdb.DuckDBPyConnection | None = None
     try:
         total_events = sum(i.events for i in infos)

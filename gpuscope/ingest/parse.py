@@ -372,10 +372,11 @@ def split_spool(spool: Path, part_bytes: int | None = None) -> list[Path]:
         os.close(fd)
 
 
-#: Parts parsed by one statement, per DuckDB thread: the batch's rows are routed into the class
-#: tables and its ``ev`` dropped before the next, so what staging holds grows with the events
-#: gpuscope keeps, not with every event of the trace (bench/README.md, "Ingest at scale").
-PARTS_PER_THREAD = 8
+#: Parts parsed by one statement (at least two per DuckDB thread): the batch's rows are
+#: routed into the class tables and its ``ev`` dropped before the next, so what staging holds
+#: grows with the events gpuscope keeps, not with every event of the trace (bench/README.md,
+#: "Ingest at scale").
+PARTS_PER_BATCH = 8
 
 #: Called after each batch with (events parsed so far in this trace, JSON bytes parsed so far,
 #: the trace's JSON bytes).
@@ -409,7 +410,7 @@ def _insert_batches(
     batches: Batches, trace_id: int, base_ns: int, spooled: SpooledTrace, files: Sequence[Path],
     threads: int, on_batch: BatchCallback | None,
 ) -> int:
-    step = max(1, PARTS_PER_THREAD * threads)
+    step = max(PARTS_PER_BATCH, 2 * threads)
     sizes = [f.stat().st_size for f in files]
     total = sum(sizes)
     events = done = 0

@@ -382,28 +382,34 @@ def expand_paths(paths: Iterable[str | Path]) -> list[Path]:
 
 
 class SpoolAhead:
-    """Spools trace files in order, one file ahead of the caller, in a thread: the first file
-    while the staging database starts, the next one while DuckDB parses the current one (the
-    parse releases the GIL, and so do gunzip and the writes). Spools go to a temporary folder
-    that :meth:`close` removes.
+    """Spools trace files in order, ahead of the caller, in threads: the first files while the
+    staging database starts, the next ones while DuckDB parses the current one (the parse
+    releases the GIL, and so do gunzip and the writes). ``workers`` files are spooled at once
+    (a directory of rank traces gunzips several ranks on as many cores). Spools go to a
+    temporary folder that :meth:`close` removes.
 
     Starting DuckDB thus hides behind the first file's gunzip, and a directory of rank traces
-    gunzips each next rank while the current one is parsed (times in bench/README.md,
-    "Where ingest's constants come from").
+    gunzips the next ranks while the current one is parsed (times in bench/README.md,
+    "Where ingest's constants come from" and "Ingest at scale").
     """
 
-    def __init__(self, paths: Sequence[Path], max_inflate_ratio: float = MAX_INFLATE_RATIO) -> None:
+    def __init__(self, paths: Sequence[Path], max_inflate_ratio: float = MAX_INFLATE_RATIO, workers: int = 1) -> None:
         self.dir = Path(tempfile.mkdtemp(prefix="gpuscope-ingest-"))
         self._paths = list(paths)
         self._max_inflate_ratio = max_inflate_ratio
+        self._workers = max(1, workers)
         self._stop = threading.Event()
-        self._pending: tuple[int, threading.Thread, dict[str, Any]] | None = None
-        self._start(0)
+        self._pending: dict[int, tuple[threading.Thread, dict[str, Any]]] = {}
+        self._next = 0  # the next index to start
+        self._taken = 0  # the next index to take
+        self._fill()
+
+    def _fill(self) -> None:
+        while self._next < len(self._paths) and len(self._pending) < self._workers:
+            self._start(self._next)
+            self._next += 1
 
     def _start(self, index: int) -> None:
-        self._pending = None
-        if index >= len(self._paths):
-            return
         box: dict[str, Any] = {}
 
         def work() -> None:
@@ -412,27 +418,27 @@ class SpoolAhead:
             except BaseException as exc:  # handed to the caller by take()
                 box["error"] = exc
 
-        thread = threading.Thread(target=work, name="gpuscope-spool", daemon=True)
+        thread = threading.Thread(target=work, name=f"gpuscope-spool-{index}", daemon=True)
         thread.start()
-        self._pending = (index, thread, box)
+        self._pending[index] = (thread, box)
 
     def take(self, index: int) -> SpooledTrace:
         """The spool of the ``index``-th path (taken in order: 0, 1, 2, ...), or the error
-        spooling it raised; starts on the next path either way."""
-        if self._pending is None or self._pending[0] != index:
+        spooling it raised; starts on the next paths either way."""
+        if index != self._taken or index not in self._pending:
             raise ValueError(f"spools are taken in order: {index} is not the next one")
-        _, thread, box = self._pending
+        thread, box = self._pending.pop(index)
         thread.join()
-        self._start(index + 1)
+        self._taken += 1
+        self._fill()
         if "error" in box:
             raise box["error"]
         return box["spooled"]
 
     def close(self) -> None:
-        """Stop the spool under way (at its next MiB) and remove every spool."""
+        """Stop the spools under way (at their next MiB) and remove every spool."""
         self._stop.set()
-        if self._pending is not None:
-            self._pending[1].join()
-            self._pending = None
+        for thread, _ in self._pending.values():
+            thread.join()
+        self._pending.clear()
         shutil.rmtree(self.dir, ignore_errors=True)
-

@@ -86,27 +86,40 @@ STAGING_MEMORY_LIMIT = "100MB"
 LARGE_STAGING_MEMORY_LIMIT = "512MB"
 
 
+def default_threads() -> int:
+    """Threads for a large ingest: the cores this process may use, at most 8 (each holds a few
+    parts of the spool at once)."""
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        cores = os.cpu_count() or 1
+    return max(1, min(8, cores))
+
+
 def stage_traces(
     paths: Sequence[Path], progress: Progress = quiet, optional: Collection[Path] = (),
-    max_inflate_ratio: float = MAX_INFLATE_RATIO,
+    max_inflate_ratio: float = MAX_INFLATE_RATIO, threads: int | None = None,
 ) -> tuple[duckdb.DuckDBPyConnection, list[TraceInfo], dict[str, Any]]:
     """Spool, parse and link ``paths`` into staging tables of an in-memory DuckDB.
 
     Files in ``optional`` (found by scanning a directory) that turn out not to be traces are
     skipped with a note instead of failing the ingest. Returns the staging connection (tables
     ``kernel_stage``, ``op_stage``, ``annotation_stage``), per-file information, and counts.
-    Nothing touches the store.
+    Nothing touches the store. ``threads`` (default :func:`default_threads`) is the most
+    DuckDB threads and files spooled at once; inputs under :data:`PARALLEL_JSON_BYTES` are
+    parsed on one.
     """
     from .._db import duckdb
 
+    threads = max(1, threads or default_threads())
     try:
-        staged = _stage_traces(paths, progress, optional, STAGING_MEMORY_LIMIT, max_inflate_ratio)
+        staged = _stage_traces(paths, progress, optional, STAGING_MEMORY_LIMIT, max_inflate_ratio, threads)
         staged[0].execute("RESET memory_limit")  # the write to the store is not bounded
         return staged
     except duckdb.OutOfMemoryException:
         progress(f"staging needs more than {STAGING_MEMORY_LIMIT} of memory: staging again without a limit")
     try:
-        return _stage_traces(paths, progress, optional, None, max_inflate_ratio)
+        return _stage_traces(paths, progress, optional, None, max_inflate_ratio, threads)
     except duckdb.OutOfMemoryException as exc:
         what = ", ".join(str(p) for p in paths)
         raise GpuscopeError(f"{what}: {str(exc).splitlines()[0]}") from None
@@ -114,15 +127,15 @@ def stage_traces(
 
 def _stage_traces(
     paths: Sequence[Path], progress: Progress, optional: Collection[Path], memory_limit: str | None,
-    max_inflate_ratio: float = MAX_INFLATE_RATIO,
+    max_inflate_ratio: float = MAX_INFLATE_RATIO, threads: int = 1,
 ) -> tuple[duckdb.DuckDBPyConnection, list[TraceInfo], dict[str, Any]]:
-    ahead = SpoolAhead(paths, max_inflate_ratio)
+    ahead = SpoolAhead(paths, max_inflate_ratio, workers=threads)
     try:
         con = _staging_connection()
         try:
             if memory_limit:
                 con.execute(f"SET memory_limit = {sql_str(memory_limit)}")
-            return _stage_into(con, paths, progress, optional, memory_limit, ahead)
+            return _stage_into(con, paths, progress, optional, memory_limit, ahead, threads)
         except BaseException:
             con.close()
             raise
@@ -130,23 +143,17 @@ def _stage_traces(
         ahead.close()
 
 
-def _limit_bytes(limit: str) -> int:
-    """Bytes in a DuckDB memory limit written as ``100MB``, ``1.5GiB``, ..."""
-    m = re.fullmatch(r"\s*([0-9.]+)\s*([KMGT]?)(i?)B?\s*", limit, re.IGNORECASE)
-    if not m:
-        raise ValueError(f"not a memory size: {limit!r}")
-    power = " KMGT".index(m.group(2).upper() or " ")
-    return int(float(m.group(1)) * (1024 if m.group(3) else 1000) ** power)
-
-
 def _stage_into(
     con: duckdb.DuckDBPyConnection, paths: Sequence[Path], progress: Progress, optional: Collection[Path],
-    memory_limit: str | None, ahead: SpoolAhead,
+    memory_limit: str | None, ahead: SpoolAhead, max_threads: int = 1,
 ) -> tuple[duckdb.DuckDBPyConnection, list[TraceInfo], dict[str, Any]]:
     batches = Batches(con)
     infos: list[TraceInfo] = []
     not_traces: list[str] = []
     json_total, threads = 0, 1
+    tick = getattr(progress, "tick", None)
+    if hasattr(progress, "total_bytes"):
+        progress.total_bytes = sum(p.stat().st_size for p in paths)  # type: ignore[attr-defined]
     for index, path in enumerate(paths):
         trace_id = len(infos)
         progress(f"reading {path}")
@@ -160,8 +167,8 @@ def _stage_into(
         base = time_base(spooled.header)
         json_total += spooled.json_bytes
         if json_total >= PARALLEL_JSON_BYTES:
-            if threads == 1:
-                threads = max(1, min(4, os.cpu_count() or 1))
+            if threads == 1 and max_threads > 1:
+                threads = max_threads
                 con.execute(f"SET threads = {threads}")
             # Large inputs: the staged rows of a million events outgrow the small limit and
             # would spill to disk, which doubles the parse (bench/README.md, "Ingest at
@@ -171,9 +178,16 @@ def _stage_into(
             else:
                 con.execute("RESET memory_limit")
         try:
-            n = load_trace(batches, trace_id, spooled, base, threads, on_batch=None)
+            on_batch = None
+            if tick is not None:
+                def on_batch(events: int, done: int, total: int, name: str = path.name,
+                             size: int = spooled.size_bytes) -> None:
+                    tick(name, events, done / max(total, 1), size)
+            n = load_trace(batches, trace_id, spooled, base, threads, on_batch=on_batch)
         finally:
             spooled.spool.unlink(missing_ok=True)
+        if hasattr(progress, "file_done"):
+            progress.file_done(spooled.size_bytes)  # type: ignore[attr-defined]
         usable, min_ts = usable_events(batches, trace_id)
         if path in optional and len(paths) > 1 and not usable:
             batches.delete_trace(trace_id)
