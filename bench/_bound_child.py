@@ -4,8 +4,8 @@
     python bench/_bound_child.py TRACE_OR_DIR
 
 Starts the interpreter, imports DuckDB as gpuscope does and opens a database, streams the
-trace once (gunzip, events copied out: :func:`gpuscope.ingest.read.spool_events`, then cut into
-parts of a few MiB: :func:`gpuscope.ingest.parse.split_spool`), and has DuckDB's JSON reader parse
+trace once (gunzip, events copied out in parts of a few MiB as gpuscope's ingest cuts them:
+:func:`gpuscope.ingest.read.spool_events`), and has DuckDB's JSON reader parse
 the events into the nine fields that even the bare time breakdown and the kernel-to-op link
 need (``ph``, ``cat``, ``name``, ``pid``, ``tid``, ``ts``, ``dur``, ``args.correlation``,
 ``args.External id``), on as many threads as gpuscope's ingest uses for that much JSON.
@@ -35,7 +35,7 @@ _COLUMNS = (
 def main() -> int:
     t0 = time.perf_counter()
     from gpuscope._db import duckdb
-    from gpuscope.ingest.parse import split_spool
+    from gpuscope.ingest import read
     from gpuscope.ingest.read import spool_events
     from gpuscope.ingest.stage import PARALLEL_JSON_BYTES
 
@@ -45,14 +45,14 @@ def main() -> int:
     con = duckdb.connect(":memory:", config={"threads": 1})
     t1 = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="gpuscope-bound-") as tmp:
-        spools = [spool_events(f, Path(tmp)) for f in expand_paths([sys.argv[1]])]
+        spools = [spool_events(f, Path(tmp), part_bytes=read.SPOOL_PART_BYTES) for f in expand_paths([sys.argv[1]])]
         threads = 1
         if sum(s.json_bytes for s in spools) >= PARALLEL_JSON_BYTES:  # as gpuscope's ingest does
             threads = default_threads()
             con.execute(f"SET threads = {threads}")
         t2 = time.perf_counter()
         # in parts of a few MiB, as gpuscope reads them (less memory than one buffer)
-        parts = [p for s in spools for p in split_spool(s.spool)]
+        parts = [p for s in spools for p in s.parts]
         files = "[" + ", ".join("'" + str(p).replace("'", "''") + "'" for p in parts) + "]"
         try:  # the typed reader: the fastest form, for traces whose events fit it
             con.execute(

@@ -356,9 +356,9 @@ def _spy_reads(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     seen: list[int] = []
     real = parse._insert_events
 
-    def spy(con, trace_id, base_ns, spooled, files):
+    def spy(con, trace_id, source, files):
         seen.append(len(files))
-        return real(con, trace_id, base_ns, spooled, files)
+        return real(con, trace_id, source, files)
 
     monkeypatch.setattr(parse, "_insert_events", spy)
     return seen
@@ -387,6 +387,7 @@ def _comparable(doc: dict) -> dict:
 
 @pytest.mark.parametrize("odd_element", [False, True], ids=["typed", "lenient"])
 def test_events_read_in_parts_give_the_same_run(tmp_path, db, monkeypatch, odd_element) -> None:
+    import gpuscope.ingest.read as read
     import gpuscope.ingest.parse as parse
 
     events = _mixed_events(300)
@@ -403,7 +404,7 @@ def test_events_read_in_parts_give_the_same_run(tmp_path, db, monkeypatch, odd_e
 
     whole = ingest_and_analyze()
     assert seen == [1]  # small: read whole
-    monkeypatch.setattr(parse, "SPOOL_PART_BYTES", 4096)
+    monkeypatch.setattr(read, "SPOOL_PART_BYTES", 4096)
     in_parts = ingest_and_analyze()
     # read once, in parts, a batch of parts per statement
     assert sum(seen[1:]) > 10 and all(n <= parse.PARTS_PER_BATCH for n in seen[1:]) and len(seen) > 2
@@ -414,6 +415,7 @@ def test_events_read_in_parts_give_the_same_run(tmp_path, db, monkeypatch, odd_e
 
 
 def test_a_cut_that_is_not_between_events_falls_back_to_the_whole_spool(tmp_path, db, monkeypatch) -> None:
+    import gpuscope.ingest.read as read
     import gpuscope.ingest.parse as parse
 
     # Objects inside a list inside args, written one per line: their separators look like the
@@ -424,7 +426,7 @@ def test_a_cut_that_is_not_between_events_falls_back_to_the_whole_spool(tmp_path
         k["args"]["launches"] = [{"a": 1}, {"b": 2}, {"c": 3}]
         events.append(k)
     path = write_trace(tmp_path / "t.json", events)
-    monkeypatch.setattr(parse, "SPOOL_PART_BYTES", 2048)
+    monkeypatch.setattr(read, "SPOOL_PART_BYTES", 2048)
     seen = _spy_reads(monkeypatch)
     doc = _analyze(path)
     # the parts did not parse: the rows of the batches read are removed, the whole spool read
@@ -433,35 +435,39 @@ def test_a_cut_that_is_not_between_events_falls_back_to_the_whole_spool(tmp_path
 
 
 def test_malformed_json_late_in_a_trace_read_in_parts(tmp_path, db, monkeypatch) -> None:
+    import gpuscope.ingest.read as read
     import gpuscope.ingest.parse as parse
 
     path = write_trace(tmp_path / "t.json", _mixed_events(200))
     text = path.read_text()
     cut = text.rindex('"ampere_sgemm"')
     path.write_text(text[:cut] + '"ampere_sgemm" oops' + text[cut + len('"ampere_sgemm"'):])
-    monkeypatch.setattr(parse, "SPOOL_PART_BYTES", 4096)
+    monkeypatch.setattr(read, "SPOOL_PART_BYTES", 4096)
     r = run_cli("ingest", path, "-q")
     assert r.code == 2 and r.err.startswith(f"gpuscope ingest: {path}: malformed JSON in the events")
     assert len(r.err.strip().splitlines()) == 1 and "part" not in r.err and not db.exists()
 
 
-def test_split_spool_cuts_only_between_objects(tmp_path) -> None:
+def test_spools_are_cut_only_between_objects(tmp_path) -> None:
     import json
 
-    from gpuscope.ingest.parse import split_spool
+    from gpuscope.ingest.read import spool_events
 
     events = [{"i": i, "s": "},\n{" if i % 2 else "x", "args": {"v": [1, 2]}} for i in range(500)]
-    spool = tmp_path / "events.json"
-    spool.write_text(json.dumps(events, indent=1))
-    parts = split_spool(spool, 1024)
-    assert len(parts) > 5 and spool.exists()
-    assert [e for p in parts for e in json.loads(p.read_text())] == events
+    trace = tmp_path / "t.json"
+    trace.write_text(json.dumps({"traceEvents": events, "after": 1}, indent=1))
+    handed: list = []
+    spooled = spool_events(trace, tmp_path, part_bytes=1024, on_part=handed.append)
+    assert len(spooled.parts) > 5 and handed == spooled.parts[:-1] and spooled.header == {"after": 1}
+    assert [e for p in spooled.parts for e in json.loads(p.read_text())] == events
     compact = tmp_path / "compact.json"
-    compact.write_text(json.dumps(events))  # one line: nowhere to cut
-    assert split_spool(compact, 1024) == [compact]
+    compact.write_text(json.dumps({"traceEvents": events}))  # one line: nowhere to cut
+    one = spool_events(compact, tmp_path, part_bytes=1024)
+    assert len(one.parts) == 1 and json.loads(one.parts[0].read_text()) == events
 
 
 def test_ops_with_equal_times_link_the_same_on_one_thread_or_several(tmp_path, db, monkeypatch) -> None:
+    import gpuscope.ingest.read as read
     import gpuscope.ingest.parse as parse
     import gpuscope.ingest.stage as stage
 
@@ -478,7 +484,7 @@ def test_ops_with_equal_times_link_the_same_on_one_thread_or_several(tmp_path, d
             kernel("vectorized_elementwise_kernel", t + 10, 3.0, corr=i),
         ]
     path = write_trace(tmp_path / "t.json", events)
-    monkeypatch.setattr(parse, "SPOOL_PART_BYTES", 8192)
+    monkeypatch.setattr(read, "SPOOL_PART_BYTES", 8192)
     one = _analyze(path)
     monkeypatch.setattr(stage, "PARALLEL_JSON_BYTES", 1)  # several threads, parsing parts at once
     several = _analyze(path)
@@ -487,19 +493,14 @@ def test_ops_with_equal_times_link_the_same_on_one_thread_or_several(tmp_path, d
 
 
 def test_a_full_temporary_folder(tmp_path, db, monkeypatch) -> None:
-    import gpuscope.ingest.parse as parse
     import gpuscope.ingest.read as read
 
     path = write_trace(tmp_path / "t.json", [kernel("k", i * 10.0, 5.0, corr=i) for i in range(3000)])
+    assert _analyze(path)["counts"]["gpu_activities"] == 3000
 
     def no_space(*args, **kwargs):
         raise OSError(28, "No space left on device")
 
-    # No room for the parts: the spool is read whole, and the ingest goes through.
-    monkeypatch.setattr(parse, "SPOOL_PART_BYTES", 4096)
-    monkeypatch.setattr(parse, "_copy_range", no_space)
-    seen = _spy_reads(monkeypatch)
-    assert _analyze(path)["counts"]["gpu_activities"] == 3000 and seen == [1]
     # No room for the spool: one line that says where and what to do; the store is untouched.
     before = file_digest(db)
     monkeypatch.setattr(read.tempfile, "mkstemp", no_space)
@@ -526,8 +527,9 @@ def test_malformed_events_are_named_in_words(tmp_path, db, body, reason) -> None
 
 
 def test_spool_ahead_hands_over_spools_and_errors_in_order(tmp_path) -> None:
-    """Files are spooled one ahead of the caller, in a thread: each take() gives that file's
-    spool, or the error spooling it raised, in the order of the files."""
+    """Files are spooled ahead of the caller, in a thread: each take() gives that file's
+    stream of parts, whose result is the spool or the error spooling it raised, in the order of
+    the files."""
     from gpuscope.errors import InputError
     from gpuscope.ingest.read import SpoolAhead
 
@@ -537,13 +539,17 @@ def test_spool_ahead_hands_over_spools_and_errors_in_order(tmp_path) -> None:
     also_good = write_trace(tmp_path / "c.json.gz", [kernel("k", 1.0, 2.0), kernel("k", 4.0, 2.0)])
     ahead = SpoolAhead([good, bad, also_good])
     try:
-        first = ahead.take(0)
+        stream = ahead.take(0)
+        first = stream.result()
         assert first.source == good and first.spool.parent == ahead.dir
+        assert stream.next_part() == first.spool and stream.next_part() is None
         with pytest.raises(ValueError):
             ahead.take(2)  # out of order
+        bad_stream = ahead.take(1)
+        assert bad_stream.next_part() is None
         with pytest.raises(InputError, match="not a trace"):
-            ahead.take(1)
-        third = ahead.take(2)
+            bad_stream.result()
+        third = ahead.take(2).result()
         assert third.source == also_good and third.spool.read_bytes().count(b'"kernel"') == 2
     finally:
         ahead.close()
@@ -564,4 +570,4 @@ def test_spool_ahead_close_stops_the_spool_under_way(tmp_path) -> None:
     ahead = SpoolAhead([big])
     ahead.close()  # at once, while the first file may still be spooling
     assert not ahead.dir.exists()
-    assert not any(t.name == "gpuscope-spool" and t.is_alive() for t in threading.enumerate())
+    assert not any(t.name.startswith("gpuscope-spool") and t.is_alive() for t in threading.enumerate())

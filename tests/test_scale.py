@@ -98,7 +98,7 @@ def test_progress_is_shown_only_when_asked_off_a_terminal(tmp_path: Path) -> Non
     plain = _ingest_proc(str(trace), "--db", str(tmp_path / "a.duckdb"), "--json")
     assert plain.returncode == 0 and plain.stderr == ""
     code = ("import sys; import gpuscope.ingest.progress as p; p.LIVE_AFTER_S = 0.0\n"
-            "import gpuscope.ingest.parse as parse; parse.SPOOL_PART_BYTES = 16384\n"
+            "import gpuscope.ingest.read as read; read.SPOOL_PART_BYTES = 16384\n"
             "from gpuscope.cli import main; sys.exit(main(sys.argv[1:]))")
     shown = subprocess.run([sys.executable, "-c", code, "ingest", str(trace), "--db", str(tmp_path / "b.duckdb"),
                             "--json", "--progress"], capture_output=True, text=True, cwd=REPO, timeout=300)
@@ -130,6 +130,7 @@ def _analysis(db: Path) -> dict:
 def test_rank_files_read_several_at_once_give_the_run_one_thread_gives(tmp_path: Path, monkeypatch) -> None:
     """Ranks spooled on several threads and parsed in batches of parts on several DuckDB
     threads: the same run, to the last digit, as one thread reading them one by one."""
+    import gpuscope.ingest.read as read
     import gpuscope.ingest.parse as parse
     import gpuscope.ingest.stage as stage
 
@@ -138,7 +139,7 @@ def test_rank_files_read_several_at_once_give_the_run_one_thread_gives(tmp_path:
     for r in range(4):
         _write_rank(ranks / f"rank{r}.pt.trace.json", 1500, r)
     monkeypatch.setattr(stage, "PARALLEL_JSON_BYTES", 0)  # every input counts as large
-    monkeypatch.setattr(parse, "SPOOL_PART_BYTES", 8192)  # many parts, several batches a file
+    monkeypatch.setattr(read, "SPOOL_PART_BYTES", 8192)  # many parts, several batches a file
     docs, ingests = [], []
     for threads in ("1", "4"):
         db = tmp_path / f"t{threads}.duckdb"
@@ -168,7 +169,7 @@ def test_spool_ahead_keeps_order_and_hands_over_errors(tmp_path: Path) -> None:
         got = []
         for i in range(len(paths)):
             try:
-                got.append(ahead.take(i).source.name)
+                got.append(ahead.take(i).result().source.name)
             except InputError as exc:
                 got.append(f"error:{Path(exc.source).name}")
         assert got[:2] == ["t0.json", "t1.json"] and got[2] == "error:bad.json" and got[3:] == [
@@ -183,12 +184,13 @@ def test_spool_ahead_keeps_order_and_hands_over_errors(tmp_path: Path) -> None:
 def test_a_large_trace_parsed_in_batches_gives_the_run_a_whole_read_gives(tmp_path: Path, monkeypatch) -> None:
     """The batches (each routed into tables of its own) change nothing: the same ingest counts
     and analysis as one batch of the whole trace."""
+    import gpuscope.ingest.read as read
     import gpuscope.ingest.parse as parse
 
     trace = write_trace(tmp_path / "t.json", _trace(2000))
     out = []
     for part_bytes, per_batch in ((1 << 30, 8), (4096, 1)):
-        monkeypatch.setattr(parse, "SPOOL_PART_BYTES", part_bytes)
+        monkeypatch.setattr(read, "SPOOL_PART_BYTES", part_bytes)
         monkeypatch.setattr(parse, "PARTS_PER_BATCH", per_batch)
         db = tmp_path / f"s{part_bytes}.duckdb"
         r = run_cli("ingest", str(trace), "--db", str(db), "--json", "-q")

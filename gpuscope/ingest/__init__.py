@@ -5,9 +5,11 @@ order the data flows:
 
 - :mod:`.read`: find the files (:func:`expand_paths`), digest them (:func:`inputs_digest`),
   open them gunzipped behind the gzip-bomb guard (:data:`MAX_INFLATE_RATIO`), and spool the
-  JSON text of each ``traceEvents`` array to a file, one file ahead of the parse.
-- :mod:`.parse`: DuckDB's JSON reader turns a spooled array into rows of the staging table
-  ``ev``, one per event, classified; malformed events are counted and skipped.
+  JSON text of each ``traceEvents`` array in parts of a few MiB, handed to the parse as each
+  is written (several files at once in threads).
+- :mod:`.parse`: DuckDB's JSON reader turns a batch of parts into rows of the staging table
+  ``ev``, one per event, classified, then routed into the batch's tables of each class;
+  malformed events are counted and skipped.
 - :mod:`.link`: SQL joins link each kernel to its launch and its CPU op, build the op tree and
   map kernels replayed from CUDA/HIP graphs to the ops that captured them.
 - :mod:`.stage`: runs read, parse and link for a run's files on one in-memory DuckDB (memory

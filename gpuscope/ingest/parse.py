@@ -3,13 +3,13 @@ trace (spooled by :mod:`.read`) into the temporary table ``ev``, one row per eve
 (GPU activity, CPU op, runtime call, annotation, ignored, malformed), with the fields gpuscope
 uses pulled out of ``args`` and times in ns.
 
-The array is parsed in C++, in parts of a few MiB cut between events by :func:`split_spool`.
+The array is parsed in C++, in parts of a few MiB cut between events as it is spooled
+(:func:`~.read.spool_events`), a batch of parts at a time.
 Malformed events (not an object, no numeric ``ts``/``dur``, negative ``dur``) are counted and
 skipped; :func:`count_events` reports them and the events gpuscope ignores.
 """
 from __future__ import annotations
 
-import os
 import re
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import GpuscopeError, InputError
 from ..kernel_names import MEMCPY_KERNEL_RE, MEMSET_KERNEL_RE
-from .read import CHUNK_BYTES, SpooledTrace
+from .read import MAX_INFLATE_RATIO, PartStream, SpooledTrace, spool_events
 
 if TYPE_CHECKING:  # pragma: no cover
     import duckdb
@@ -71,7 +71,7 @@ def _sql_ident(s: str) -> str:
     return '"' + s.replace('"', '""') + '"'
 
 
-#: The index of the part (:func:`split_spool`) an event was read from; 0 for a whole spool.
+#: The index of the part (:func:`~.read.spool_events`) an event was read from; 0 for a whole spool.
 #: With ``rowid`` it gives the event's position in the trace: several threads may insert
 #: the parts' rows interleaved, but each part's rows in order.
 _PART_SQL = r"coalesce(TRY_CAST(regexp_extract(filename, '\.part(\d+)\.json$', 1) AS INTEGER), 0)"
@@ -292,86 +292,6 @@ def time_base(header: dict[str, Any]) -> int:
     return 0
 
 
-#: The events are handed to DuckDB's JSON reader as JSON arrays of about this size, cut from
-#: the spool. The reader holds a whole input file in its buffer, which raises the peak by more
-#: than the file's size (bench/README.md); parts bound that to a few MiB whatever the trace size.
-SPOOL_PART_BYTES = 4 << 20
-#: A separator between two objects that holds a newline. JSON strings cannot hold a raw
-#: newline, so every match is structural; it separates two events when the objects are at the
-#: array's top level, which a cut checks by parsing (a wrong cut fails and the whole spool is
-#: read instead). Compact one-line JSON has none and is read whole.
-_PART_CUT_RE = re.compile(rb"\}[ \t\r]*,[ \t\r]*\n[ \t\r\n]*\{")
-_CUT_WINDOW = 1 << 16
-
-
-def _copy_range(src_fd: int, dst_fd: int, offset: int, count: int) -> None:
-    """Copy ``count`` bytes at ``offset`` of ``src_fd`` to the end of ``dst_fd``, in the kernel
-    where it can."""
-    while count > 0:
-        try:
-            n = os.copy_file_range(src_fd, dst_fd, min(count, 1 << 30), offset)
-        except (AttributeError, OSError):
-            n = 0
-        if n <= 0:  # not supported here (or by this file system): copy through memory
-            data = os.pread(src_fd, min(count, CHUNK_BYTES), offset)
-            if not data:
-                raise OSError(f"unexpected end of spool at byte {offset}")
-            n = os.write(dst_fd, data)
-        offset += n
-        count -= n
-
-
-def split_spool(spool: Path, part_bytes: int | None = None) -> list[Path]:
-    """The events array in ``spool`` as several JSON arrays of about ``part_bytes`` (default
-    :data:`SPOOL_PART_BYTES`) each, cut between two events (files next to ``spool``, which is
-    left as it is). Returns ``[spool]`` when it is small or has no place to cut."""
-    part_bytes = part_bytes or SPOOL_PART_BYTES
-    size = spool.stat().st_size
-    if size < 2 * part_bytes or not hasattr(os, "pread"):  # (no pread: Windows)
-        return [spool]
-    cuts: list[tuple[int, int]] = []  # (end of a part: after its '}', start of the next: its '{')
-    fd = os.open(spool, os.O_RDONLY)
-    try:
-        pos = part_bytes
-        while pos < size - part_bytes // 2:
-            window = os.pread(fd, _CUT_WINDOW, pos)
-            m = _PART_CUT_RE.search(window)
-            if m is None:
-                if len(window) < _CUT_WINDOW:
-                    break
-                pos += _CUT_WINDOW - 256  # overlap, so a separator across the edge is found
-                continue
-            cuts.append((pos + m.start() + 1, pos + m.end() - 1))
-            pos = pos + m.end() - 1 + part_bytes
-        if not cuts:
-            return [spool]
-        parts: list[Path] = []
-        starts = [0] + [b for _, b in cuts]
-        ends = [a for a, _ in cuts] + [size]
-        try:
-            for i, (start, end) in enumerate(zip(starts, ends)):
-                path = spool.with_name(f"{spool.stem}.part{i}.json")
-                parts.append(path)
-                out = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-                try:
-                    if i:
-                        os.write(out, b"[")
-                    _copy_range(fd, out, start, end - start)
-                    if i < len(cuts):
-                        os.write(out, b"]")
-                finally:
-                    os.close(out)
-        except BaseException as exc:
-            for path in parts:
-                path.unlink(missing_ok=True)
-            if isinstance(exc, OSError):  # no room for the parts (disk full): read the spool whole
-                return [spool]
-            raise
-        return parts
-    finally:
-        os.close(fd)
-
-
 #: Parts parsed by one statement (at least two per DuckDB thread): the batch's rows are
 #: routed into the class tables and its ``ev`` dropped before the next, so what staging holds
 #: grows with the events gpuscope keeps, not with every event of the trace (bench/README.md,
@@ -379,77 +299,101 @@ def split_spool(spool: Path, part_bytes: int | None = None) -> list[Path]:
 PARTS_PER_BATCH = 8
 
 #: Called after each batch with (events parsed so far in this trace, JSON bytes parsed so far,
-#: the trace's JSON bytes).
+#: 0: the trace's size is known only at its end).
 BatchCallback = Callable[[int, int, int], None]
 
 
-def load_trace(batches: Batches, trace_id: int, spooled: SpooledTrace, base_ns: int,
-               threads: int = 1, on_batch: BatchCallback | None = None) -> int:
-    """Parse the spooled events of one trace into batches of class tables (:class:`Batches`),
-    classified and counted; returns the number of events.
+def load_trace(batches: Batches, trace_id: int, stream: PartStream, spool_dir: Path, threads: int = 1,
+               on_batch: BatchCallback | None = None, max_inflate_ratio: float = MAX_INFLATE_RATIO,
+               ) -> tuple[int, SpooledTrace]:
+    """Parse one trace's events, part by part as ``stream`` hands them over, into batches of
+    class tables (:class:`Batches`), classified and counted. Returns the number of events and
+    the spooled trace (its header, form, sizes); raises what spooling it raised.
 
-    The spool is read in parts (:func:`split_spool`) when it can be cut, a batch of parts per
-    statement; if a part does not parse (a cut that was not between two events), the trace's
-    rows are removed and the spool is read whole. Each batch tries DuckDB's typed reader first
-    and falls back to the lenient one for events that do not fit its types."""
-    parts = split_spool(spooled.spool)
+    Times are staged without the trace's ``baseTimeNanoseconds`` (Kineto writes it after the
+    events, so it is known only once they are read): :func:`~.stage.apply_time_bases` adds
+    it at the end. If a part does not parse (a cut that was not between two events, or
+    malformed JSON), the trace's rows are removed and the file is spooled again and read whole
+    (which names the error, if the JSON is malformed)."""
     try:
-        if len(parts) > 1:
-            try:
-                return _insert_batches(batches, trace_id, base_ns, spooled, parts, threads, on_batch)
-            except InputError:  # a cut that was not between two events, or malformed JSON
-                batches.delete_trace(trace_id)
-        return _insert_batches(batches, trace_id, base_ns, spooled, [spooled.spool], threads, on_batch)
-    finally:
-        for part in parts:
-            if part != spooled.spool:
-                part.unlink(missing_ok=True)
-
-
-def _insert_batches(
-    batches: Batches, trace_id: int, base_ns: int, spooled: SpooledTrace, files: Sequence[Path],
-    threads: int, on_batch: BatchCallback | None,
-) -> int:
-    step = max(PARTS_PER_BATCH, 2 * threads)
-    sizes = [f.stat().st_size for f in files]
-    total = sum(sizes)
-    events = done = 0
-    con = batches.con
-    for i in range(0, len(files), step):
-        batch = files[i:i + step]
-        con.execute(_EV_TABLE_DDL)
+        n = _insert_stream(batches, trace_id, stream, threads, on_batch)
+    except InputError:
+        while (part := stream.next_part()) is not None:  # let the spool end; its parts are not needed
+            part.unlink(missing_ok=True)
+        stream.result()  # an error spooling the file is the one to report
+        batches.delete_trace(trace_id)
+        whole = spool_events(stream.source, spool_dir, max_inflate_ratio=max_inflate_ratio)
         try:
-            events += _insert_events(con, trace_id, base_ns, spooled, batch)
-            batches.route()
-        except BaseException:
-            con.execute("DROP TABLE IF EXISTS ev")
-            raise
-        for f in batch:  # parsed: its disk space back now, not at the end of the trace
-            if f != spooled.spool:
-                f.unlink(missing_ok=True)
-        done += sum(sizes[i:i + step])
+            return _insert_batches(batches, trace_id, whole, [whole.spool], threads, on_batch), whole
+        finally:
+            whole.spool.unlink(missing_ok=True)
+    return n, stream.result()
+
+
+def _insert_stream(batches: Batches, trace_id: int, stream: PartStream, threads: int,
+                   on_batch: BatchCallback | None) -> int:
+    """Parse the stream's parts a batch at a time; returns the number of events."""
+    step = max(PARTS_PER_BATCH, 2 * threads)
+    events = done = 0
+    batch: list[Path] = []
+    while True:
+        part = stream.next_part()
+        if part is not None:
+            batch.append(part)
+        if batch and (part is None or len(batch) >= step):
+            size = sum(f.stat().st_size for f in batch)
+            try:
+                events += _insert_batch(batches, trace_id, stream.source, batch)
+            finally:
+                for f in batch:  # parsed (or failed): its disk space back now
+                    f.unlink(missing_ok=True)
+            batch = []
+            done += size
+            if on_batch is not None:
+                on_batch(events, done, 0)
+        if part is None:
+            return events
+
+
+def _insert_batches(batches: Batches, trace_id: int, spooled: SpooledTrace, files: Sequence[Path],
+                    threads: int, on_batch: BatchCallback | None) -> int:
+    events = 0
+    step = max(PARTS_PER_BATCH, 2 * threads)
+    for i in range(0, len(files), step):
+        events += _insert_batch(batches, trace_id, spooled.source, files[i:i + step])
         if on_batch is not None:
-            on_batch(events, min(done, total), total)
+            on_batch(events, 0, 0)
     return events
 
 
-def _insert_events(
-    con: duckdb.DuckDBPyConnection, trace_id: int, base_ns: int, spooled: SpooledTrace, files: Sequence[Path]
-) -> int:
+def _insert_batch(batches: Batches, trace_id: int, source: Path, batch: Sequence[Path]) -> int:
+    """One batch of parts into ``ev``, routed into the batch's class tables."""
+    con = batches.con
+    con.execute(_EV_TABLE_DDL)
+    try:
+        n = _insert_events(con, trace_id, source, batch)
+        batches.route()
+    except BaseException:
+        con.execute("DROP TABLE IF EXISTS ev")
+        raise
+    return n
+
+
+def _insert_events(con: duckdb.DuckDBPyConnection, trace_id: int, source: Path, files: Sequence[Path]) -> int:
     """Read the events in ``files`` (one JSON array each) into ``ev``; returns how many went in."""
     from .._db import duckdb
 
-    for source in (_typed_source, _lenient_source):
+    for reader in (_typed_source, _lenient_source):
         try:
-            return int(con.execute(_insert_sql(trace_id, base_ns, source(files))).fetchone()[0])
+            return int(con.execute(_insert_sql(trace_id, 0, reader(files))).fetchone()[0])
         except duckdb.OutOfMemoryException:
             raise  # left to stage_traces, which retries without its memory limit
         except (duckdb.IOException, duckdb.InterruptException) as exc:
-            raise GpuscopeError(f"{spooled.source}: {str(exc).splitlines()[0]}") from None
+            raise GpuscopeError(f"{source}: {str(exc).splitlines()[0]}") from None
         except duckdb.Error as exc:
-            if source is _typed_source:
+            if reader is _typed_source:
                 continue  # events that do not fit the typed reader: read them leniently
-            raise InputError(str(spooled.source), f"malformed JSON in the events ({_reader_error(exc, files)})") from None
+            raise InputError(str(source), f"malformed JSON in the events ({_reader_error(exc, files)})") from None
     raise AssertionError("unreachable")
 
 

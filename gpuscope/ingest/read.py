@@ -1,12 +1,14 @@
 """Read trace files: find them, digest them, open them (gunzipped, with the gzip-bomb guard)
-and spool the JSON text of their ``traceEvents`` array to a file, one file ahead of the parse.
+and spool the JSON text of their ``traceEvents`` array in parts, handed to the parse as they
+are written.
 
 A trace file is one JSON object whose ``traceEvents`` array holds the events (or, in the
 JSON-array form of the Chrome trace format, just that array). Files run to gigabytes, so the
 events never become Python objects here: :func:`spool_events` streams the file once, parses the
 small top-level keys around ``traceEvents`` in Python, and copies the bytes of the array into a
 spool file, holding at most a few MiB in memory at any time. :class:`SpoolAhead` runs it in a
-thread one file ahead of the parse (:mod:`.parse`).
+thread per file, ahead of the parse (:mod:`.parse`), each file's parts going to the parse
+through a :class:`PartStream`.
 """
 from __future__ import annotations
 
@@ -18,8 +20,9 @@ import shutil
 import tempfile
 import threading
 import zlib
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Sequence
+from collections import deque
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -49,6 +52,8 @@ class SpooledTrace:
     form: str  # "object" (Kineto) or "array" (JSON-array form of the Chrome trace format)
     size_bytes: int
     json_bytes: int
+    #: The spool's parts in order, each a JSON array (``[spool]`` when it was not cut).
+    parts: list[Path] = field(default_factory=list)
 
 
 class InflateLimitError(InputError):
@@ -108,6 +113,10 @@ class _Input:
                         f"(the limit; real traces inflate about 20x): a gzip bomb? "
                         f"Raise the limit with --max-inflate-ratio N")
         return data
+
+    def raw_offset(self) -> int:
+        """Bytes of the file (compressed, for ``.gz``) read so far."""
+        return self._raw.tell()
 
     def close(self) -> None:
         self._f.close()
@@ -289,13 +298,84 @@ class SpoolStopped(Exception):
     """:func:`spool_events` was asked to stop before it finished."""
 
 
+#: A separator between two objects that holds a newline. JSON strings cannot hold a raw
+#: newline, so every match is structural; it separates two events when the objects are at the
+#: array's top level, which the parse checks (a part cut elsewhere fails to parse, and the
+#: trace is then read again whole). Compact one-line JSON has none and is never cut.
+PART_CUT_RE = re.compile(rb"\}[ \t\r]*,[ \t\r]*\n[ \t\r\n]*\{")
+_CARRY = 256  # bytes held back from each write, so that a separator across two reads is found
+
+
+class _PartWriter:
+    """The events array written as parts of about ``part_bytes`` (None: one file), each a JSON
+    array: a part ends after an event's ``}`` with ``]`` and the next starts with ``[``.
+    ``on_part`` gets each part as it is closed (all but the last)."""
+
+    def __init__(self, spool_dir: Path, part_bytes: int | None, on_part: Callable[[Path], None] | None) -> None:
+        self.dir = spool_dir
+        self.part_bytes = part_bytes
+        self.on_part = on_part
+        self.parts: list[Path] = []
+        self.carry = b""
+        self.out: Any = None
+        self.size = 0
+        self._open()
+
+    def _open(self) -> None:
+        suffix = f".part{len(self.parts)}.json" if self.part_bytes else ".json"
+        fd, name = tempfile.mkstemp(prefix="events-", suffix=suffix, dir=self.dir)
+        self.out = os.fdopen(fd, "w+b")
+        self.parts.append(Path(name))
+        self.size = 0
+        if len(self.parts) > 1:
+            self.out.write(b"[")
+            self.size = 1
+
+    def write(self, data: bytes) -> None:
+        buf = self.carry + data
+        while self.part_bytes and self.size + len(buf) >= self.part_bytes:
+            m = PART_CUT_RE.search(buf, max(0, self.part_bytes - self.size - _CARRY))
+            if m is None:
+                break
+            self.out.write(buf[: m.start() + 1])
+            self.out.write(b"]")
+            self.out.close()
+            done = self.parts[-1]
+            self._open()
+            if self.on_part is not None:
+                self.on_part(done)
+            buf = buf[m.end() - 1:]
+        keep = min(len(buf), _CARRY)
+        self.out.write(buf[: len(buf) - keep])
+        self.size += len(buf) - keep
+        self.carry = buf[len(buf) - keep:]
+
+    def finish(self, form: str, header: dict[str, Any], source: str) -> None:
+        """Write what is held back and end the last part at the close of the events array."""
+        self.out.write(self.carry)
+        self.size += len(self.carry)
+        self.carry = b""
+        self.out.truncate(_events_end(self.out, self.size, form, header, source))
+        self.out.close()
+
+    def close(self) -> None:
+        if self.out is not None and not self.out.closed:
+            self.out.close()
+
+
 def spool_events(path: Path, spool_dir: Path, stop: threading.Event | None = None,
-                 max_inflate_ratio: float = MAX_INFLATE_RATIO) -> SpooledTrace:
-    """Stream ``path`` once and write the JSON text of its events array to a file in
-    ``spool_dir``. Memory stays within a few MiB whatever the size of the trace. Setting
-    ``stop`` (from another thread) ends it at the next MiB with :class:`SpoolStopped`."""
+                 max_inflate_ratio: float = MAX_INFLATE_RATIO, part_bytes: int | None = None,
+                 on_part: Callable[[Path], None] | None = None, progress: PartStream | None = None) -> SpooledTrace:
+    """Stream ``path`` once and write the JSON text of its events array to files in
+    ``spool_dir``: one file, or with ``part_bytes`` parts of about that size cut between two
+    events, each handed to ``on_part`` as soon as it is written (but the last, which is known
+    only at the end of the file). Memory stays within a few MiB whatever the size of the trace.
+    Setting ``stop`` (from another thread) ends it at the next MiB with :class:`SpoolStopped`.
+    ``progress`` is told the share of the file read so far."""
     source = str(path)
     inp = _Input(path, max_inflate_ratio)
+    size = max(path.stat().st_size, 1)
+    writer: _PartWriter | None = None
     try:
         head = bytearray()
         while True:
@@ -309,23 +389,22 @@ def spool_events(path: Path, spool_dir: Path, stop: threading.Event | None = Non
                 if len(head) > HEAD_LIMIT_BYTES:
                     raise InputError(source, f"no 'traceEvents' array in the first {HEAD_LIMIT_BYTES >> 20} MiB") from None
         start_byte = len(text[:start].encode("utf-8", "surrogateescape"))
+        written = 0
         try:
-            fd, spool_name = tempfile.mkstemp(prefix="events-", suffix=".json", dir=spool_dir)
-            spool = Path(spool_name)
-            written = 0
-            with os.fdopen(fd, "w+b") as out:
-                data = bytes(head[start_byte:])
-                del head, text
-                while data:
-                    if stop is not None and stop.is_set():
-                        raise SpoolStopped(source)
-                    if b"[[[[[[[[[[[[[[[[" in data and _DEEP_RE.search(data):
-                        raise InputError(source, f"JSON nested more than {MAX_NESTING} levels deep")
-                    out.write(data)
-                    written += len(data)
-                    data = inp.read(CHUNK_BYTES)
-                end = _events_end(out, written, form, header, source)
-                out.truncate(end)
+            writer = _PartWriter(spool_dir, part_bytes, on_part)
+            data = bytes(head[start_byte:])
+            del head, text
+            while data:
+                if stop is not None and stop.is_set():
+                    raise SpoolStopped(source)
+                if b"[[[[[[[[[[[[[[[[" in data and _DEEP_RE.search(data):
+                    raise InputError(source, f"JSON nested more than {MAX_NESTING} levels deep")
+                if progress is not None:
+                    progress.read_share = inp.raw_offset() / size
+                writer.write(data)
+                written += len(data)
+                data = inp.read(CHUNK_BYTES)
+            writer.finish(form, header, source)
         except OSError as exc:  # the temporary folder is full or not writable
             raise GpuscopeError(
                 f"{source}: cannot write a temporary copy of its events in {spool_dir} "
@@ -334,7 +413,9 @@ def spool_events(path: Path, spool_dir: Path, stop: threading.Event | None = Non
         json_bytes = start_byte + written
     finally:
         inp.close()
-    return SpooledTrace(path, spool, header, form, path.stat().st_size, json_bytes)
+        if writer is not None:
+            writer.close()
+    return SpooledTrace(path, writer.parts[-1], header, form, path.stat().st_size, json_bytes, list(writer.parts))
 
 
 def inputs_digest(files: Sequence[Path]) -> str:
@@ -381,25 +462,102 @@ def expand_paths(paths: Iterable[str | Path]) -> list[Path]:
     return unique
 
 
-class SpoolAhead:
-    """Spools trace files in order, ahead of the caller, in threads: the first files while the
-    staging database starts, the next ones while DuckDB parses the current one (the parse
-    releases the GIL, and so do gunzip and the writes). ``workers`` files are spooled at once
-    (a directory of rank traces gunzips several ranks on as many cores). Spools go to a
-    temporary folder that :meth:`close` removes.
+class PartStream:
+    """The parts of one trace's events, handed from the thread that spools them to the parse
+    as each is written. The spool waits while :data:`MAX_PENDING_PARTS` parts are unread, so a
+    large trace never sits whole on disk."""
 
-    Starting DuckDB thus hides behind the first file's gunzip, and a directory of rank traces
-    gunzips the next ranks while the current one is parsed (times in bench/README.md,
-    "Where ingest's constants come from" and "Ingest at scale").
+    def __init__(self, source: Path, stop: threading.Event) -> None:
+        self.source = source
+        self._stop = stop
+        self._cond = threading.Condition()
+        self._parts: deque[tuple[Path, float]] = deque()
+        #: The share of the file the spool has read (set by :func:`spool_events`).
+        self.read_share = 0.0
+        self._taken_share = 0.0
+        self._done = False
+        self._result: SpooledTrace | None = None
+        self._error: BaseException | None = None
+
+    # the spooling thread
+    def put(self, part: Path) -> None:
+        with self._cond:
+            while len(self._parts) >= MAX_PENDING_PARTS and not self._stop.is_set():
+                self._cond.wait(0.1)
+            self._parts.append((part, self.read_share))
+            self._cond.notify_all()
+
+    def finish(self, result: SpooledTrace | None, error: BaseException | None) -> None:
+        with self._cond:
+            if result is not None:
+                self._parts.append((result.parts[-1], 1.0))  # the last part, known only at the end
+            self._result, self._error, self._done = result, error, True
+            self._cond.notify_all()
+
+    # the parse
+    def next_part(self) -> Path | None:
+        """The next part, waiting for it; None once there is none left (see :meth:`result`)."""
+        with self._cond:
+            while not self._parts and not self._done:
+                self._cond.wait()
+            if self._parts:
+                part, self._taken_share = self._parts.popleft()
+                self._cond.notify_all()
+                return part
+            return None
+
+    def read_fraction(self) -> float:
+        """The share of the file that the parts taken so far come from."""
+        return self._taken_share
+
+    def result(self) -> SpooledTrace:
+        """The spooled trace (its header, size, form) once every part is out, or the error
+        spooling it raised."""
+        with self._cond:
+            while not self._done:
+                self._cond.wait()
+        if self._error is not None:
+            raise self._error
+        assert self._result is not None
+        return self._result
+
+    def discard(self) -> None:
+        """Remove the parts not read (the parse gave up on them)."""
+        with self._cond:
+            while self._parts:
+                self._parts.popleft()[0].unlink(missing_ok=True)
+            self._cond.notify_all()
+
+
+#: Parts (of :data:`SPOOL_PART_BYTES`) a spool may write ahead of the parse: 256 MiB of disk.
+MAX_PENDING_PARTS = 64
+#: The size of the parts spools are cut into (see :func:`spool_events`): DuckDB's JSON reader
+#: holds a whole input file in its buffer, so parts bound that to a few MiB whatever the size
+#: of the trace (bench/README.md).
+SPOOL_PART_BYTES = 4 << 20
+
+
+class SpoolAhead:
+    """Spools trace files in order, ahead of the caller, in threads, each as a
+    :class:`PartStream`: the parse reads a file's parts while the file is still being
+    gunzipped, and the next files are spooled meanwhile (``workers`` of them at once: a
+    directory of rank traces gunzips several ranks on as many cores). Spools go to a temporary
+    folder that :meth:`close` removes.
+
+    Starting DuckDB thus hides behind the first file's gunzip, and a large file's gunzip
+    behind its own parse (times in bench/README.md, "Ingest at scale").
     """
 
-    def __init__(self, paths: Sequence[Path], max_inflate_ratio: float = MAX_INFLATE_RATIO, workers: int = 1) -> None:
+    def __init__(self, paths: Sequence[Path], max_inflate_ratio: float = MAX_INFLATE_RATIO, workers: int = 1,
+                 part_bytes: int | None = None) -> None:
         self.dir = Path(tempfile.mkdtemp(prefix="gpuscope-ingest-"))
         self._paths = list(paths)
-        self._max_inflate_ratio = max_inflate_ratio
+        self.max_inflate_ratio = max_inflate_ratio
+        self._part_bytes = part_bytes
         self._workers = max(1, workers)
         self._stop = threading.Event()
-        self._pending: dict[int, tuple[threading.Thread, dict[str, Any]]] = {}
+        self._threads: list[threading.Thread] = []
+        self._pending: dict[int, PartStream] = {}
         self._next = 0  # the next index to start
         self._taken = 0  # the next index to take
         self._fill()
@@ -410,35 +568,37 @@ class SpoolAhead:
             self._next += 1
 
     def _start(self, index: int) -> None:
-        box: dict[str, Any] = {}
+        stream = PartStream(self._paths[index], self._stop)
+        part_bytes = self._part_bytes or SPOOL_PART_BYTES
 
         def work() -> None:
             try:
-                box["spooled"] = spool_events(self._paths[index], self.dir, self._stop, self._max_inflate_ratio)
-            except BaseException as exc:  # handed to the caller by take()
-                box["error"] = exc
+                spooled = spool_events(self._paths[index], self.dir, self._stop, self.max_inflate_ratio,
+                                       part_bytes=part_bytes, on_part=stream.put, progress=stream)
+            except BaseException as exc:  # handed to the caller by the stream
+                stream.finish(None, exc)
+            else:
+                stream.finish(spooled, None)
 
         thread = threading.Thread(target=work, name=f"gpuscope-spool-{index}", daemon=True)
         thread.start()
-        self._pending[index] = (thread, box)
+        self._threads.append(thread)
+        self._pending[index] = stream
 
-    def take(self, index: int) -> SpooledTrace:
-        """The spool of the ``index``-th path (taken in order: 0, 1, 2, ...), or the error
-        spooling it raised; starts on the next paths either way."""
+    def take(self, index: int) -> PartStream:
+        """The stream of the ``index``-th path (taken in order: 0, 1, 2, ...); starts on the
+        next paths."""
         if index != self._taken or index not in self._pending:
             raise ValueError(f"spools are taken in order: {index} is not the next one")
-        thread, box = self._pending.pop(index)
-        thread.join()
+        stream = self._pending.pop(index)
         self._taken += 1
         self._fill()
-        if "error" in box:
-            raise box["error"]
-        return box["spooled"]
+        return stream
 
     def close(self) -> None:
         """Stop the spools under way (at their next MiB) and remove every spool."""
         self._stop.set()
-        for thread, _ in self._pending.values():
+        for thread in self._threads:
             thread.join()
         self._pending.clear()
         shutil.rmtree(self.dir, ignore_errors=True)

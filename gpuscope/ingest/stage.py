@@ -18,7 +18,7 @@ from .parse import (
     Batches, count_events, count_graph_events, load_trace, sql_str, time_base, usable_events,
 )
 from .progress import Progress, quiet
-from .read import MAX_INFLATE_RATIO, InflateLimitError, SpoolAhead
+from .read import MAX_INFLATE_RATIO, InflateLimitError, PartStream, SpoolAhead
 
 if TYPE_CHECKING:  # pragma: no cover
     import duckdb
@@ -61,7 +61,7 @@ def _rank(header: dict[str, Any]) -> int | None:
 
 
 #: Inputs with at least this much JSON are parsed and linked with several threads (the parts of
-#: :func:`~.parse.split_spool` are parsed several at once); smaller ones with one. Below ~50 MB
+#: :func:`~.read.spool_events` are parsed several at once); smaller ones with one. Below ~50 MB
 #: a second thread only costs memory; above it, it saves time (measurements in bench/README.md,
 #: "Where ingest's constants come from").
 PARALLEL_JSON_BYTES = 48 << 20
@@ -150,49 +150,54 @@ def _stage_into(
     batches = Batches(con)
     infos: list[TraceInfo] = []
     not_traces: list[str] = []
-    json_total, threads = 0, 1
+    json_total = 0
     tick = getattr(progress, "tick", None)
     if hasattr(progress, "total_bytes"):
         progress.total_bytes = sum(p.stat().st_size for p in paths)  # type: ignore[attr-defined]
+    state = {"threads": 1}
+
+    def go_parallel() -> None:
+        # Large inputs: the staged rows of a million events outgrow the small limit and would
+        # spill to disk, which doubles the parse (bench/README.md, "Ingest at scale"); past
+        # the large limit they spill, which keeps 5M events under 1 GiB.
+        if state["threads"] == 1 and max_threads > 1:
+            state["threads"] = max_threads
+            con.execute(f"SET threads = {max_threads}")
+        con.execute(f"SET memory_limit = {sql_str(LARGE_STAGING_MEMORY_LIMIT)}" if memory_limit is not None
+                    else "RESET memory_limit")
+
+    if sum(_json_estimate(p) for p in paths) >= PARALLEL_JSON_BYTES:
+        go_parallel()
     for index, path in enumerate(paths):
         trace_id = len(infos)
         progress(f"reading {path}")
+        stream = ahead.take(index)
+        size = path.stat().st_size
+        on_batch = None
+        if tick is not None:
+            def on_batch(events: int, done: int, total: int, name: str = path.name, size: int = size,
+                         stream: PartStream = stream) -> None:
+                tick(name, events, stream.read_fraction(), size)
         try:
-            spooled = ahead.take(index)
+            n, spooled = load_trace(batches, trace_id, stream, ahead.dir, state["threads"], on_batch=on_batch,
+                                    max_inflate_ratio=ahead.max_inflate_ratio)
         except InputError as exc:
             if path in optional and len(paths) > 1 and not isinstance(exc, InflateLimitError):
+                batches.delete_trace(trace_id)
                 not_traces.append(f"{path.name} ({exc.message})")
                 continue
             raise
-        base = time_base(spooled.header)
         json_total += spooled.json_bytes
         if json_total >= PARALLEL_JSON_BYTES:
-            if threads == 1 and max_threads > 1:
-                threads = max_threads
-                con.execute(f"SET threads = {threads}")
-            # Large inputs: the staged rows of a million events outgrow the small limit and
-            # would spill to disk, which doubles the parse (bench/README.md, "Ingest at
-            # scale"); past the large limit they spill, which keeps 5M events under 1 GiB.
-            if memory_limit is not None:
-                con.execute(f"SET memory_limit = {sql_str(LARGE_STAGING_MEMORY_LIMIT)}")
-            else:
-                con.execute("RESET memory_limit")
-        try:
-            on_batch = None
-            if tick is not None:
-                def on_batch(events: int, done: int, total: int, name: str = path.name,
-                             size: int = spooled.size_bytes) -> None:
-                    tick(name, events, done / max(total, 1), size)
-            n = load_trace(batches, trace_id, spooled, base, threads, on_batch=on_batch)
-        finally:
-            spooled.spool.unlink(missing_ok=True)
+            go_parallel()
         if hasattr(progress, "file_done"):
-            progress.file_done(spooled.size_bytes)  # type: ignore[attr-defined]
+            progress.file_done(size)  # type: ignore[attr-defined]
         usable, min_ts = usable_events(batches, trace_id)
         if path in optional and len(paths) > 1 and not usable:
             batches.delete_trace(trace_id)
             not_traces.append(f"{path.name} (no trace events)")
             continue
+        base = time_base(spooled.header)
         # (no base: ts_ns is ts in µs times 1000)
         relative = base > 0 or (min_ts is not None and min_ts < ABSOLUTE_US_THRESHOLD * 1000)
         infos.append(
@@ -211,4 +216,35 @@ def _stage_into(
     con.execute("DROP TABLE ev_counts")
     counts["not_traces"] = not_traces
     counts["graph_replayed_kernels"], counts["graph_mapped_kernels"] = link_kernels(con)
+    apply_time_bases(con, infos)
     return con, infos, counts
+
+
+#: The staged times (table, its columns in ns) that count from a trace's time base.
+_TIMED_COLUMNS = (("kernel_stage", ("ts_ns", "launch_ts_ns")), ("op_stage", ("ts_ns",)),
+                  ("annotation_stage", ("ts_ns",)), ("graph_stage", ("graph_begin_ns", "ts_ns")))
+
+
+def apply_time_bases(con: duckdb.DuckDBPyConnection, infos: Sequence[TraceInfo]) -> None:
+    """Add each trace's ``baseTimeNanoseconds`` to its staged times (they were parsed before
+    the base, which Kineto writes after the events, was read). Linking compares times within a
+    trace only, so it does not need them."""
+    based = [(i.trace_id, i.base_time_ns) for i in infos if i.base_time_ns]
+    if not based:
+        return
+    case = "CASE trace_id " + " ".join(f"WHEN {int(t)} THEN {int(b)}" for t, b in based) + " ELSE 0 END"
+    ids = ", ".join(str(int(t)) for t, _ in based)
+    con.execute("".join(
+        f"UPDATE {table} SET " + ", ".join(f"{c} = {c} + {case}" for c in cols) + f" WHERE trace_id IN ({ids});"
+        for table, cols in _TIMED_COLUMNS))
+
+
+def _json_estimate(path: Path) -> int:
+    """The JSON a trace file holds, guessed before reading it: its size, or 20 times that for
+    gzip (real traces inflate 7-21x; bench/README.md, "Gzip inflation ratios")."""
+    try:
+        with open(path, "rb") as f:
+            gz = f.read(2) == b"\x1f\x8b"
+        return path.stat().st_size * (20 if gz else 1)
+    except OSError:
+        return 0
