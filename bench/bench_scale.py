@@ -142,7 +142,7 @@ def measure(trace: Path, work: Path, repeat: int, with_hta: bool = True, one_ste
 
 
 def goal(name: str, value: float, op: str, target: float, unit: str = "") -> dict[str, Any]:
-    met = value <= target if op == "<=" else value >= target if op == ">=" else value < target
+    met = {"<=": value <= target, ">=": value >= target, "<": value < target, ">": value > target}[op]
     return {"goal": name, "value": value, "op": op, "target": target, "unit": unit, "met": bool(met)}
 
 
