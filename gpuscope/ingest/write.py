@@ -48,7 +48,7 @@ def write_run(
     con.execute("SET checkpoint_threshold = '0KB'")
     try:
         con.execute("USE store")
-        store.migrate(con)
+        store.migrate(con, str(db_path))
         with store.transaction(con):
             offsets = (0, 0, 0)
             if into_run is None:

@@ -93,7 +93,7 @@ def _create(path: Path) -> None:
     try:
         con.execute(attach_sql(path))
         con.execute("USE store")
-        migrate(con)
+        migrate(con, str(path))
         con.execute("USE memory")
         con.execute("DETACH store")
     except duckdb.Error as exc:
@@ -178,7 +178,7 @@ def connect(path: Path | str, read_only: bool = False, retry_s: float = 2.0) -> 
                 rw.close()
                 return connect(path, read_only=True, retry_s=retry_s)
         else:
-            migrate(con)
+            migrate(con, str(path))
             from .runs import recover_stale_runs  # the lifecycle finishes runs whose recorder died
 
             recover_stale_runs(con)

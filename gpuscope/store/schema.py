@@ -285,14 +285,33 @@ def schema_version(con: duckdb.DuckDBPyConnection) -> int:
     return int(row[0]) if row else 0
 
 
-def migrate(con: duckdb.DuckDBPyConnection) -> None:
-    """Bring the store up to :data:`SCHEMA_VERSION`, in one transaction per step."""
+def _refuse_foreign_database(con: duckdb.DuckDBPyConnection, prefix: str = "") -> None:
+    """A DuckDB database without gpuscope's ``meta`` table that holds tables or views is
+    another program's: refuse it rather than add gpuscope's tables to it. (An empty one becomes
+    a store.) Listing the catalog costs ~10 ms, paid only when no ``meta`` table was found."""
+    rows = con.execute(
+        "SELECT table_name FROM duckdb_tables() WHERE database_name = current_database() AND NOT temporary "
+        "UNION ALL SELECT view_name FROM duckdb_views() WHERE database_name = current_database() "
+        "AND NOT temporary AND NOT internal ORDER BY 1"
+    ).fetchall()
+    if rows:
+        names = ", ".join(r[0] for r in rows[:5]) + (f" and {len(rows) - 5} more" if len(rows) > 5 else "")
+        raise StoreError(f"{prefix}not a gpuscope store: a DuckDB database of another program (tables {names}); "
+                         "gpuscope leaves it as it is")
+
+
+def migrate(con: duckdb.DuckDBPyConnection, where: str | None = None) -> None:
+    """Bring the store up to :data:`SCHEMA_VERSION`, in one transaction per step. ``where``
+    (the store's path) starts the message of a store refused."""
+    prefix = f"{where}: " if where else ""
     version = schema_version(con)
     if version > SCHEMA_VERSION:
         raise StoreError(
-            f"the store uses schema version {version}, newer than this gpuscope understands "
+            f"{prefix}the store uses schema version {version}, newer than this gpuscope understands "
             f"({SCHEMA_VERSION}): upgrade gpuscope"
         )
+    if version == 0:
+        _refuse_foreign_database(con, prefix)
     while version < SCHEMA_VERSION:
         # A new store gets every step in one transaction (one commit instead of one per step);
         # an existing one is upgraded a step per transaction.

@@ -1,0 +1,71 @@
+"""Stores gpuscope must refuse without touching them: another program's DuckDB database, a
+file that is not DuckDB at all, a store written by a newer gpuscope. Every command that opens
+a store exits 2 with one line naming the file, and the file keeps every byte."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from conftest import file_digest, kernel, run_cli, write_trace
+
+
+def _foreign(path: Path) -> Path:
+    from gpuscope._db import duckdb
+
+    con = duckdb.connect(str(path))
+    con.execute("CREATE TABLE orders (id INTEGER, total DOUBLE)")
+    con.execute("INSERT INTO orders VALUES (1, 9.5)")
+    con.execute("CREATE VIEW big AS SELECT * FROM orders WHERE total > 5")
+    con.close()
+    return path
+
+
+def _newer(path: Path, tmp_path: Path) -> Path:
+    from gpuscope._db import duckdb
+
+    trace = write_trace(tmp_path / "t.json", [kernel("k", 1.0, 2.0)])
+    assert run_cli("ingest", str(trace), "--db", str(path), "-q").code == 0
+    con = duckdb.connect(str(path))
+    con.execute("UPDATE meta SET value = '999' WHERE key = 'schema_version'")
+    con.close()
+    return path
+
+
+def _garbage(path: Path) -> Path:
+    path.write_bytes(bytes(range(256)) * 400)
+    return path
+
+
+COMMANDS = [
+    ["runs"], ["analyze"], ["compare", "1", "2"], ["sql", "SELECT 1"], ["export", "--format", "csv", "--out", "{tmp}/x"],
+    ["report", "--out", "{tmp}/r.html"], ["ingest", "{trace}", "-q"], ["analyze", "{trace}"],
+]
+
+
+@pytest.mark.parametrize("kind", ["foreign", "newer", "garbage"])
+@pytest.mark.parametrize("command", COMMANDS, ids=lambda c: "-".join(c[:1] + (["TRACE"] if "{trace}" in c else [])))
+def test_a_store_that_is_not_ours_is_refused_untouched(tmp_path: Path, kind: str, command: list[str]) -> None:
+    db = tmp_path / "store.duckdb"
+    {"foreign": lambda: _foreign(db), "newer": lambda: _newer(db, tmp_path), "garbage": lambda: _garbage(db)}[kind]()
+    before = file_digest(db)
+    trace = write_trace(tmp_path / "u.json", [kernel("k", 1.0, 2.0)])
+    args = [a.replace("{tmp}", str(tmp_path)).replace("{trace}", str(trace)) for a in command]
+    r = run_cli(*args, "--db", str(db))
+    assert r.code == 2, (r.code, r.err)
+    lines = r.err.strip().splitlines()
+    assert len(lines) == 1 and str(db) in lines[0] and "Traceback" not in r.err, r.err
+    expect = {"foreign": "another program", "newer": "newer than this gpuscope", "garbage": "not a DuckDB database"}[kind]
+    assert expect in lines[0]
+    assert file_digest(db) == before
+    assert not (tmp_path / "x").exists() and not (tmp_path / "r.html").exists()
+
+
+def test_an_empty_duckdb_database_becomes_a_store(tmp_path: Path) -> None:
+    from gpuscope._db import duckdb
+
+    db = tmp_path / "empty.duckdb"
+    duckdb.connect(str(db)).close()
+    trace = write_trace(tmp_path / "t.json", [kernel("k", 1.0, 2.0)])
+    r = run_cli("ingest", str(trace), "--db", str(db), "-q")
+    assert r.code == 0, r.err
+    assert len(run_cli("runs", "--db", str(db), "--json").json()) == 1
