@@ -249,3 +249,48 @@ def test_old_store_commands_are_redacted_by_migration(tmp_path: Path) -> None:
     assert con.execute("SELECT command FROM runs").fetchone()[0] == "python s.py --api-key ***"
     con.close()
     assert json.dumps(run_cli("runs", "--db", db, "--json").json()).find("OLDSECRET") == -1
+
+
+def test_planted_secrets_reach_no_export_report_or_otlp_log(tmp_path: Path) -> None:
+    """Secrets on the command line, in the environment and in the OTLP headers of `gpuscope run
+    --otlp` (to an endpoint that is down): none of them is in the store, the run's exports
+    (perfetto, chrome, parquet, csv), its HTML report, or anything printed."""
+    import os
+    import socket
+
+    db = tmp_path / "s.duckdb"
+    header_secret = "SECRETH_0007"
+    with socket.socket() as s:  # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    cmd = [sys.executable, "-m", "gpuscope", "run", "--db", str(db), "--no-profile", "--otlp", f"http://127.0.0.1:{port}",
+           "--", sys.executable, "-c", "print('ok')", "--api-key", SECRETS[0], f"--token={SECRETS[1]}"]
+    env = {**os.environ, "HF_TOKEN": SECRETS[3], "GPUSCOPE_DB": str(db),
+           "OTEL_EXPORTER_OTLP_HEADERS": f"authorization=Bearer {header_secret},x-api-key={SECRETS[4]}"}
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=180, env=env)
+    assert p.returncode == 0, p.stderr
+    printed = [p.stdout, p.stderr]
+    out = tmp_path / "out"
+    out.mkdir()
+    for fmt, dest in (("perfetto", out / "t.json.gz"), ("chrome", out / "t.json"), ("parquet", out / "pq"),
+                      ("csv", out / "csv")):
+        r = run_cli("export", "--db", db, "--format", fmt, "--out", dest)
+        assert r.code == 0, r.err
+        printed += [r.out, r.err]
+    r = run_cli("report", "--db", db, "--out", out / "r.html")
+    assert r.code == 0, r.err
+    printed += [r.out, r.err]
+    blobs = list(printed)
+    for f in tmp_path.rglob("*"):
+        blobs.append(str(f))
+        if f.is_file():
+            data = f.read_bytes()
+            if f.name.endswith(".gz"):
+                import gzip
+
+                data = gzip.decompress(data)
+            blobs.append(data.decode("latin-1"))
+    assert any("ok" in b for b in printed)
+    for secret in (*SECRETS[:2], SECRETS[3], SECRETS[4], header_secret):
+        for blob in blobs:
+            assert secret not in blob
