@@ -94,3 +94,17 @@ def test_kill_9_of_ingest_at_random_points_leaves_a_usable_store(tmp_path: Path)
     res = fault_kill.kill_points(trace, 5, seed=7, work=work)
     assert res["bad"] == 0, res["kills"]
     assert sum(k["killed"] for k in res["kills"]) >= 3  # most kills land inside the ingest
+
+
+def test_symlink_loops_in_a_trace_directory_end(tmp_path: Path) -> None:
+    """A directory whose links point back up (a loop) or at itself: each trace is read once,
+    the walk ends."""
+    d = tmp_path / "traces"
+    (d / "sub").mkdir(parents=True)
+    write_trace(d / "rank0.json", [kernel("k", 1.0, 2.0)])
+    (d / "sub" / "up").symlink_to("..")
+    (d / "self").symlink_to(d)
+    (d / "sub" / "again.json").symlink_to(d / "rank0.json")  # the same file under another name
+    r = run_cli("ingest", str(d), "--db", str(tmp_path / "s.duckdb"), "--json", "-q")
+    assert r.code == 0, r.err
+    assert [f["path"] for f in r.json()["files"]] == [str(d / "rank0.json")]
