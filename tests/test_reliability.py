@@ -108,3 +108,31 @@ def test_symlink_loops_in_a_trace_directory_end(tmp_path: Path) -> None:
     r = run_cli("ingest", str(d), "--db", str(tmp_path / "s.duckdb"), "--json", "-q")
     assert r.code == 0, r.err
     assert [f["path"] for f in r.json()["files"]] == [str(d / "rank0.json")]
+
+
+def test_the_spools_of_a_killed_ingest_are_removed_by_the_next(tmp_path: Path, monkeypatch) -> None:
+    """kill -9 leaves an ingest's spool folder behind (up to 256 MiB of parts); the next ingest
+    removes the folders whose process is gone, and only the current user's."""
+    import os
+    import subprocess
+    import sys
+
+    from gpuscope.ingest import read
+
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+    import tempfile
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    dead_pid = int(dead.stdout)
+    stale = tmp_path / f"{read.SPOOL_DIR_PREFIX}{dead_pid}-abc"
+    stale.mkdir()
+    (stale / "events-1.part0.json").write_text("[]")
+    alive = tmp_path / f"{read.SPOOL_DIR_PREFIX}{os.getpid()}-xyz"  # a live process's: kept
+    alive.mkdir()
+    other = tmp_path / "gpuscope-ingest-notapid"
+    other.mkdir()
+    trace = write_trace(tmp_path / "t.json", [kernel("k", 1.0, 2.0)])
+    r = run_cli("ingest", str(trace), "--db", str(tmp_path / "s.duckdb"), "-q")
+    assert r.code == 0, r.err
+    assert not stale.exists() and alive.exists() and other.exists()

@@ -537,6 +537,36 @@ MAX_PENDING_PARTS = 64
 SPOOL_PART_BYTES = 4 << 20
 
 
+#: Spool folders are named after the ingest's process id, so that the next ingest can remove
+#: those of an ingest that was killed (``kill -9`` leaves up to 256 MiB of parts behind).
+SPOOL_DIR_PREFIX = "gpuscope-ingest-"
+
+
+def sweep_stale_spools(tmp: Path | None = None) -> list[Path]:
+    """Remove the spool folders of ingests that are gone (their process no longer exists),
+    the current user's only. Returns what was removed."""
+    removed = []
+    tmp = Path(tmp or tempfile.gettempdir())
+    try:
+        entries = list(tmp.glob(f"{SPOOL_DIR_PREFIX}*"))
+    except OSError:
+        return removed
+    for d in entries:
+        m = re.fullmatch(re.escape(SPOOL_DIR_PREFIX) + r"(\d+)-.+", d.name)
+        if not m:
+            continue
+        try:
+            if not d.is_dir() or d.is_symlink() or d.lstat().st_uid != os.getuid():
+                continue
+            os.kill(int(m.group(1)), 0)
+        except ProcessLookupError:  # the ingest that made it is gone
+            shutil.rmtree(d, ignore_errors=True)
+            removed.append(d)
+        except (OSError, AttributeError):  # alive under another user, or no such call here
+            continue
+    return removed
+
+
 class SpoolAhead:
     """Spools trace files in order, ahead of the caller, in threads, each as a
     :class:`PartStream`: the parse reads a file's parts while the file is still being
@@ -550,7 +580,8 @@ class SpoolAhead:
 
     def __init__(self, paths: Sequence[Path], max_inflate_ratio: float = MAX_INFLATE_RATIO, workers: int = 1,
                  part_bytes: int | None = None) -> None:
-        self.dir = Path(tempfile.mkdtemp(prefix="gpuscope-ingest-"))
+        sweep_stale_spools()
+        self.dir = Path(tempfile.mkdtemp(prefix=f"{SPOOL_DIR_PREFIX}{os.getpid()}-"))
         self._paths = list(paths)
         self.max_inflate_ratio = max_inflate_ratio
         self._part_bytes = part_bytes

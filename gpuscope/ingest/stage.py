@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import os
 import re
-import tempfile
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -67,12 +66,14 @@ def _rank(header: dict[str, Any]) -> int | None:
 PARALLEL_JSON_BYTES = 48 << 20
 
 
-def _staging_connection() -> duckdb.DuckDBPyConnection:
+def _staging_connection(spill_dir: Path) -> duckdb.DuckDBPyConnection:
+    """The in-memory staging database, spilling into ``spill_dir``: the ingest's own folder
+    (:class:`~.read.SpoolAhead`'s), so that concurrent ingests never share spill files and
+    those of a killed one are removed with its spools."""
     from .._db import duckdb
 
     con = duckdb.connect(":memory:", config={"threads": 1})
-    tmp = Path(tempfile.gettempdir()) / "gpuscope-duckdb-spill"
-    con.execute(f"SET temp_directory = {sql_str(str(tmp))}")
+    con.execute(f"SET temp_directory = {sql_str(str(spill_dir))}")
     return con
 
 
@@ -131,7 +132,7 @@ def _stage_traces(
 ) -> tuple[duckdb.DuckDBPyConnection, list[TraceInfo], dict[str, Any]]:
     ahead = SpoolAhead(paths, max_inflate_ratio, workers=threads)
     try:
-        con = _staging_connection()
+        con = _staging_connection(ahead.dir / "spill")
         try:
             if memory_limit:
                 con.execute(f"SET memory_limit = {sql_str(memory_limit)}")
