@@ -23,8 +23,8 @@ loop; a case that takes longer than ``--timeout`` seconds is a hang: the worker 
 replaced) on a store that already holds a run, and must end with exit 0 (the store has one run
 more) or 2 (one line on stderr naming the file, the store byte for byte as it was); never a
 traceback, an internal error (exit 1) or a hang. The summary counts cases by mutation and
-outcome and lists every failure with the case's seed so that it can be replayed
-(``--replay SEED_NAME:CASE``).
+outcome and lists every failure with its case number, which ``--case N --out FILE`` writes out
+again (the same ``--seed``) to replay it by hand.
 
 Exit code: 0 when every case ended as it must, 1 otherwise, 2 on unusable arguments.
 """
@@ -349,12 +349,25 @@ def baseline_store(tmp: Path) -> Path:
     return db
 
 
+def cases(corpus: dict[str, str], seed: int):
+    """The cases of a fuzz run, in order: (number, seed name, bytes, gz, mutations, part size)."""
+    names = sorted(corpus)
+    rng = random.Random(seed)
+    k = 0
+    while True:
+        name = rng.choice(names)
+        data, gz, kinds = make_case(corpus[name], rng)
+        part = rng.choice([1 << 12, 1 << 14, 4 << 20])
+        yield k, name, data, gz, kinds, part
+        k += 1
+
+
 def fuzz(n_cases: int, seed: int, timeout: float, workers: int, progress: bool = True) -> dict[str, Any]:
     corpus = seeds()
     if not corpus:
         raise SystemExit("fuzz_ingest: no seed traces (fixtures/traces or ../shared/data/traces)")
     names = sorted(corpus)
-    rng = random.Random(seed)
+    stream = cases(corpus, seed)
     tmp = Path(tempfile.mkdtemp(prefix="gpuscope-fuzz-"))
     try:
         baseline = baseline_store(tmp)
@@ -367,10 +380,8 @@ def fuzz(n_cases: int, seed: int, timeout: float, workers: int, progress: bool =
             while done < n_cases:
                 batch = []
                 meta = []
-                for k in range(done, min(n_cases, done + 50)):
-                    name = rng.choice(names)
-                    data, gz, kinds = make_case(corpus[name], rng)
-                    part = rng.choice([1 << 12, 1 << 14, 4 << 20])
+                for _ in range(min(50, n_cases - done)):
+                    k, name, data, gz, kinds, part = next(stream)
                     batch.append((f"{name}:{k}", data, gz, part))
                     meta.append((name, k, kinds, gz, len(data)))
                 for (name, k, kinds, gz, size), r in zip(meta, pool.run(batch)):
@@ -380,6 +391,9 @@ def fuzz(n_cases: int, seed: int, timeout: float, workers: int, progress: bool =
                         d[outcome] += 1
                     if r["problems"]:
                         failures.append({"seed": name, "case": k, "mutations": kinds, "gz": gz, "bytes": size, **r})
+                        if progress:
+                            print(f"fuzz_ingest: BAD {name}:{k} {kinds}: {r['problems']} {r['stderr'][:200]}",
+                                  file=sys.stderr, flush=True)
                 done += len(batch)
                 if progress:
                     rate = done / max(time.monotonic() - t0, 1e-9)
@@ -400,7 +414,18 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--timeout", type=float, default=20.0, help="seconds before a case counts as a hang (default 20)")
     ap.add_argument("--workers", type=int, default=max(1, min(4, os.cpu_count() or 1)))
     ap.add_argument("--json", action="store_true")
+    ap.add_argument("--case", type=int, help="write case N of this --seed to --out (and its part size to stdout)")
+    ap.add_argument("--out", type=Path)
     a = ap.parse_args(argv)
+    if a.case is not None:
+        if a.out is None or a.case < 0:
+            print("fuzz_ingest: --case N needs --out FILE", file=sys.stderr)
+            return 2
+        for k, name, data, gz, kinds, part in cases(seeds(), a.seed):
+            if k == a.case:
+                a.out.write_bytes(data)
+                print(json.dumps({"case": k, "seed_trace": name, "mutations": kinds, "gz": gz, "part_bytes": part}))
+                return 0
     if a.cases < 1 or a.workers < 1 or a.timeout <= 0:
         print("fuzz_ingest: --cases, --workers and --timeout must be positive", file=sys.stderr)
         return 2
