@@ -136,3 +136,26 @@ def test_the_spools_of_a_killed_ingest_are_removed_by_the_next(tmp_path: Path, m
     r = run_cli("ingest", str(trace), "--db", str(tmp_path / "s.duckdb"), "-q")
     assert r.code == 0, r.err
     assert not stale.exists() and alive.exists() and other.exists()
+
+
+def test_device_properties_of_any_type_are_taken_or_left_out(tmp_path: Path) -> None:
+    """Found by bench/fuzz_ingest.py: NaN, infinity, an object or a boolean where Kineto writes a
+    number, and a lone surrogate in a name, made the ingest fail with an internal error while
+    writing the devices. They are left out (NULL) or the text repaired; the ingest goes through."""
+    import json
+
+    props = [{"id": 0, "name": "NVIDIA H100\udfff", "totalGlobalMem": float("nan"), "numSms": {"a": "b"},
+              "warpSize": float("inf"), "computeMajor": True, "computeMinor": 0}]
+    text = json.dumps({"deviceProperties": props, "traceEvents": [kernel("k", 1.0, 2.0)]})
+    path = tmp_path / "t.json"
+    path.write_text(text)  # NaN and Infinity as Python writes them; the surrogate as an escape
+    assert "NaN" in text and "\\udfff" in text
+    db = tmp_path / "s.duckdb"
+    r = run_cli("ingest", str(path), "--db", str(db), "-q")
+    assert r.code == 0, r.err
+    q = run_cli("sql", "SELECT name, memory_total_bytes, num_sms, warp_size, compute_capability FROM devices",
+                "--db", str(db), "--json")
+    assert q.code == 0, q.err
+    (row,) = q.json()
+    assert row["name"].startswith("NVIDIA H100") and row["memory_total_bytes"] is None
+    assert row["num_sms"] is None and row["warp_size"] is None and row["compute_capability"] is None

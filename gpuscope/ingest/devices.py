@@ -92,20 +92,41 @@ def device_rows(
         dev = f"gpu{index}" if index is not None else f"device:{label}"
         prefix = (f"rank{info.rank}/" if use_rank else f"trace{trace_id}/") if multi else ""
         cc = None
-        if props and props.get("computeMajor") is not None:
-            cc = f"{props.get('computeMajor')}.{props.get('computeMinor', 0)}"
+        if props and _whole(props.get("computeMajor")) is not None:
+            cc = f"{_whole(props.get('computeMajor'))}.{_whole(props.get('computeMinor', 0)) or 0}"
         rows.append({
             "device_id": device_id, "key": prefix + dev, "trace_id": trace_id, "label": label,
             "device_index": index, "vendor": vendor, "kind": kind,
-            "name": (props or {}).get("name") or None,
-            "memory_total_bytes": (props or {}).get("totalGlobalMem"),
+            "name": _text((props or {}).get("name")),
+            "memory_total_bytes": _whole((props or {}).get("totalGlobalMem")),
             "compute_capability": cc,
-            "num_sms": (props or {}).get("numSms"),
-            "warp_size": (props or {}).get("warpSize"),
+            "num_sms": _whole((props or {}).get("numSms"), 1 << 31),
+            "warp_size": _whole((props or {}).get("warpSize"), 1 << 31),
             "properties": json.dumps(props) if props else None,
             "spec_key": _spec_key(specs, props, kind),
         })
     return rows
+
+
+def _whole(v: Any, limit: int = 1 << 63) -> int | None:
+    """A property that should be a whole number, as one; None for anything else (a string,
+    a boolean, NaN, a number out of range): a trace's header is not trusted to have the types
+    Kineto writes (bench/fuzz_ingest.py found each of these)."""
+    if isinstance(v, bool):
+        return None
+    if isinstance(v, int):
+        return v if -limit <= v < limit else None
+    if isinstance(v, float) and v.is_integer() and -limit <= v < limit:
+        return int(v)
+    return None
+
+
+def _text(v: Any) -> str | None:
+    """A property that should be text, as text DuckDB takes (a lone surrogate, which JSON can
+    write as an escape, replaced); None when empty or not a string."""
+    if not isinstance(v, str) or not v:
+        return None
+    return v.encode("utf-8", "replace").decode("utf-8")
 
 
 def _spec_db() -> Any:
