@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..errors import InputError
+from ..errors import GpuscopeError, InputError
 from .progress import Progress
 from .stage import STAGING_TABLES, TraceInfo
 
@@ -37,6 +37,7 @@ def write_run(
     ``into_run`` the traces join that run, their trace, device and op ids after its own.
     """
     from .. import store
+    from .._db import duckdb
     from ..store import read, runs, trace_rows
 
     handed_over: duckdb.DuckDBPyConnection | None = None
@@ -71,11 +72,28 @@ def write_run(
             # checks that none is left.
             con.execute("".join(f"DROP TABLE IF EXISTS temp.{t};" for t in STAGING_TABLES))
             handed_over = con
+    except duckdb.Error as exc:
+        # the disk is full or the store's device failed: DuckDB says so as an I/O error, or as
+        # a commit whose checkpoint failed (the transaction is rolled back either way)
+        if not isinstance(exc, duckdb.IOException) and "Could not write file" not in str(exc):
+            raise
+        raise GpuscopeError(f"{db_path}: cannot write the run ({_io_reason(exc)}); the store is as it was") from None
     finally:
         if handed_over is None:
-            con.execute("USE memory")
-            con.execute("DETACH store")
+            try:
+                con.execute("USE memory")
+                con.execute("DETACH store")
+            except duckdb.Error:  # a store DuckDB gave up on after a failed write: nothing to detach
+                pass
     return run_id, run_name, handed_over
+
+
+def _io_reason(exc: Exception) -> str:
+    """DuckDB's I/O error as a user reads it."""
+    text = str(exc)
+    if "No space left" in text:
+        return "no space left on the device"
+    return text.splitlines()[0].removeprefix("IO Error: ")
 
 
 def _write_rows(
