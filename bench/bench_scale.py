@@ -207,27 +207,9 @@ def case_5m(cache: Path, work: Path, repeat: int) -> dict[str, Any]:
 
 
 def store_of_1000_runs(cache: Path) -> Path:
-    db = cache / "runs1000.duckdb"
-    if db.exists():
-        return db
-    from bench_tui import _small_trace
+    from bench_tui import build_store_of_runs
 
-    log(f"building {db} (1,000 ingests in one process, once)")
-    traces = cache / "small"
-    traces.mkdir(exist_ok=True)
-    paths = [str(_small_trace(traces / f"t{k % 100:03d}.json", k % 100)) for k in range(100)]
-    tmp = cache / "runs1000.tmp.duckdb"
-    tmp.unlink(missing_ok=True)
-    code = ("import sys; from gpuscope.cli import main\n"
-            "db, paths = sys.argv[1], sys.argv[2:]\n"
-            "for k in range(1000):\n"
-            "    rc = main(['ingest', '--db', db, '--name', f'run-{k:04d}', '-q', paths[k % len(paths)]])\n"
-            "    assert rc == 0, rc\n")
-    p = subprocess.run([PY, "-c", code, str(tmp), *paths], capture_output=True, text=True, cwd=REPO)
-    if p.returncode != 0:
-        raise SystemExit(f"bench_scale: building the 1,000-run store failed: {p.stderr.strip()[-800:]}")
-    tmp.rename(db)
-    return db
+    return build_store_of_runs(cache / "runs1000.duckdb", 1000, cache / "small", "bench_scale")
 
 
 def case_reads(cache: Path, work: Path, repeat: int) -> dict[str, Any]:

@@ -89,28 +89,32 @@ def _gpuscope(*args: str) -> None:
         raise SystemExit(f"bench_tui: gpuscope {' '.join(args[:2])} failed: {p.stderr.strip()[-500:]}")
 
 
-def store_of_100_runs(cache: Path) -> Path:
-    db = cache / "runs100.duckdb"
+def build_store_of_runs(db: Path, n_runs: int, traces: Path, what: str) -> Path:
+    """A store at ``db`` with ``n_runs`` runs, each the ingest of one of up to 100 small traces
+    (made in ``traces``), built once under a temporary name; ``what`` names the caller in errors."""
     if db.exists():
         return db
-    log(f"building {db} ({N_RUNS} ingests, once)")
-    tmp = cache / "runs100.tmp.duckdb"
+    log(f"building {db} ({n_runs} ingests in one process, once)")
+    tmp = db.with_name(db.stem + ".tmp.duckdb")
     tmp.unlink(missing_ok=True)
-    traces = cache / "small_traces"
     traces.mkdir(parents=True, exist_ok=True)
-    # one process, many ingests: the CLI's main() in a loop (100 interpreter start-ups would
-    # only make the build slower)
-    paths = [str(_small_trace(traces / f"t{k:03d}.json", k)) for k in range(N_RUNS)]
+    # one process, many ingests: the CLI's main() in a loop (an interpreter start-up per run
+    # would only make the build slower)
+    paths = [str(_small_trace(traces / f"t{k:03d}.json", k)) for k in range(min(n_runs, 100))]
     code = ("import sys; from gpuscope.cli import main\n"
-            "db, paths = sys.argv[1], sys.argv[2:]\n"
-            "for k, p in enumerate(paths):\n"
-            "    rc = main(['ingest', '--db', db, '--name', f'bench-run-{k:03d}', '-q', p])\n"
-            "    assert rc == 0, (p, rc)\n")
-    p = subprocess.run([PY, "-c", code, str(tmp), *paths], capture_output=True, text=True, cwd=REPO)
+            "db, n, paths = sys.argv[1], int(sys.argv[2]), sys.argv[3:]\n"
+            "for k in range(n):\n"
+            "    rc = main(['ingest', '--db', db, '--name', f'bench-run-{k:04d}', '-q', paths[k % len(paths)]])\n"
+            "    assert rc == 0, (k, rc)\n")
+    p = subprocess.run([PY, "-c", code, str(tmp), str(n_runs), *paths], capture_output=True, text=True, cwd=REPO)
     if p.returncode != 0:
-        raise SystemExit(f"bench_tui: building the 100-run store failed: {p.stderr.strip()[-800:]}")
+        raise SystemExit(f"{what}: building the {n_runs}-run store failed: {p.stderr.strip()[-800:]}")
     tmp.rename(db)
     return db
+
+
+def store_of_100_runs(cache: Path) -> Path:
+    return build_store_of_runs(cache / "runs100.duckdb", N_RUNS, cache / "small_traces", "bench_tui")
 
 
 def store_of_big_run(cache: Path) -> Path | None:

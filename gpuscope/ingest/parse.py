@@ -298,9 +298,8 @@ def time_base(header: dict[str, Any]) -> int:
 #: "Ingest at scale").
 PARTS_PER_BATCH = 8
 
-#: Called after each batch with (events parsed so far in this trace, JSON bytes parsed so far,
-#: 0: the trace's size is known only at its end).
-BatchCallback = Callable[[int, int, int], None]
+#: Called after each batch with the events parsed so far in this trace.
+BatchCallback = Callable[[int], None]
 
 
 def load_trace(batches: Batches, trace_id: int, stream: PartStream, spool_dir: Path, threads: int = 1,
@@ -324,7 +323,7 @@ def load_trace(batches: Batches, trace_id: int, stream: PartStream, spool_dir: P
         batches.delete_trace(trace_id)
         whole = spool_events(stream.source, spool_dir, max_inflate_ratio=max_inflate_ratio)
         try:
-            return _insert_batches(batches, trace_id, whole, [whole.spool], threads, on_batch), whole
+            return _insert_batch(batches, trace_id, whole.source, [whole.spool]), whole
         finally:
             whole.spool.unlink(missing_ok=True)
     return n, stream.result()
@@ -334,36 +333,23 @@ def _insert_stream(batches: Batches, trace_id: int, stream: PartStream, threads:
                    on_batch: BatchCallback | None) -> int:
     """Parse the stream's parts a batch at a time; returns the number of events."""
     step = max(PARTS_PER_BATCH, 2 * threads)
-    events = done = 0
+    events = 0
     batch: list[Path] = []
     while True:
         part = stream.next_part()
         if part is not None:
             batch.append(part)
         if batch and (part is None or len(batch) >= step):
-            size = sum(f.stat().st_size for f in batch)
             try:
                 events += _insert_batch(batches, trace_id, stream.source, batch)
             finally:
                 for f in batch:  # parsed (or failed): its disk space back now
                     f.unlink(missing_ok=True)
             batch = []
-            done += size
             if on_batch is not None:
-                on_batch(events, done, 0)
+                on_batch(events)
         if part is None:
             return events
-
-
-def _insert_batches(batches: Batches, trace_id: int, spooled: SpooledTrace, files: Sequence[Path],
-                    threads: int, on_batch: BatchCallback | None) -> int:
-    events = 0
-    step = max(PARTS_PER_BATCH, 2 * threads)
-    for i in range(0, len(files), step):
-        events += _insert_batch(batches, trace_id, spooled.source, files[i:i + step])
-        if on_batch is not None:
-            on_batch(events, 0, 0)
-    return events
 
 
 def _insert_batch(batches: Batches, trace_id: int, source: Path, batch: Sequence[Path]) -> int:

@@ -521,13 +521,6 @@ class PartStream:
         assert self._result is not None
         return self._result
 
-    def discard(self) -> None:
-        """Remove the parts not read (the parse gave up on them)."""
-        with self._cond:
-            while self._parts:
-                self._parts.popleft()[0].unlink(missing_ok=True)
-            self._cond.notify_all()
-
 
 #: Parts (of :data:`SPOOL_PART_BYTES`) a spool may write ahead of the parse: 256 MiB of disk.
 MAX_PENDING_PARTS = 64

@@ -16,7 +16,7 @@ from .link import link_kernels, split_events
 from .parse import (
     Batches, count_events, count_graph_events, load_trace, sql_str, time_base, usable_events,
 )
-from .progress import Progress, quiet
+from .progress import Progress, ProgressLine, quiet
 from .read import MAX_INFLATE_RATIO, InflateLimitError, PartStream, SpoolAhead
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -152,9 +152,9 @@ def _stage_into(
     infos: list[TraceInfo] = []
     not_traces: list[str] = []
     json_total = 0
-    tick = getattr(progress, "tick", None)
-    if hasattr(progress, "total_bytes"):
-        progress.total_bytes = sum(p.stat().st_size for p in paths)  # type: ignore[attr-defined]
+    line = progress if isinstance(progress, ProgressLine) else None  # (the live line, when shown)
+    if line is not None:
+        line.total_bytes = sum(p.stat().st_size for p in paths)
     state = {"threads": 1}
 
     def go_parallel() -> None:
@@ -175,10 +175,9 @@ def _stage_into(
         stream = ahead.take(index)
         size = path.stat().st_size
         on_batch = None
-        if tick is not None:
-            def on_batch(events: int, done: int, total: int, name: str = path.name, size: int = size,
-                         stream: PartStream = stream) -> None:
-                tick(name, events, stream.read_fraction(), size)
+        if line is not None:
+            def on_batch(events: int, name: str = path.name, size: int = size, stream: PartStream = stream) -> None:
+                line.tick(name, events, stream.read_fraction(), size)
         try:
             n, spooled = load_trace(batches, trace_id, stream, ahead.dir, state["threads"], on_batch=on_batch,
                                     max_inflate_ratio=ahead.max_inflate_ratio)
@@ -191,8 +190,8 @@ def _stage_into(
         json_total += spooled.json_bytes
         if json_total >= PARALLEL_JSON_BYTES:
             go_parallel()
-        if hasattr(progress, "file_done"):
-            progress.file_done(size)  # type: ignore[attr-defined]
+        if line is not None:
+            line.file_done(size)
         usable, min_ts = usable_events(batches, trace_id)
         if path in optional and len(paths) > 1 and not usable:
             batches.delete_trace(trace_id)
