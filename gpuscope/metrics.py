@@ -78,3 +78,40 @@ METRIC_NAMES: tuple[str, ...] = tuple(m.name for m in METRICS)
 GPU_METRIC_NAMES: tuple[str, ...] = tuple(m.name for m in METRICS if m.scope == "gpu")
 HOST_METRIC_NAMES: tuple[str, ...] = tuple(m.name for m in METRICS if m.scope == "host")
 METRICS_BY_NAME: dict[str, Metric] = {m.name: m for m in METRICS}
+
+
+#: How long a reading stands for its metric in the views of "now" (the TUI's live screen, the
+#: gauges ``monitor`` exports) on ticks that did not read it. Not every metric is read every
+#: tick: the NVML collector reads slow counters (energy: 3-4 ms per read on an H100) once a
+#: second, GPM over windows of at least 100 ms (at 10 Hz, 189 of 301 ticks carried GPM values
+#: on the H100 of 2026-11-26), processes once a second. The store keeps such ticks NULL (no
+#: value is invented); a live view that showed them as missing would flicker, and a Prometheus
+#: series that came and went would read as a broken exporter. 2.5 s covers a once-a-second read
+#: that runs late.
+HOLD_S = 2.5
+
+
+class HeldReadings:
+    """The newest reading of each metric of one device, each kept for ``hold_s`` after it was
+    made. ``update()`` takes a tick's values and returns them with the held ones filled in;
+    a lost device forgets everything."""
+
+    def __init__(self, hold_s: float = HOLD_S) -> None:
+        self.hold_ns = int(hold_s * 1e9)
+        self._readings: dict[str, tuple[object, int]] = {}
+
+    def update(self, ts_ns: int, values: dict, lost: bool = False) -> dict:
+        if lost:
+            self._readings.clear()
+            return dict(values)
+        for k, v in values.items():
+            if v is not None:
+                self._readings[k] = (v, ts_ns)
+        cutoff = ts_ns - self.hold_ns
+        out = dict(values)
+        for k, (v, t) in list(self._readings.items()):
+            if t < cutoff:
+                del self._readings[k]
+            elif out.get(k) is None:
+                out[k] = v
+        return out

@@ -682,3 +682,34 @@ def test_ecc_errors_are_hw_errors_by_error_type_and_dcgm_counters() -> None:
     assert pts == {("hw.errors", "corrected"): 12.0, ("hw.errors", "uncorrected"): 1.0}
     got = {n: (k, v) for n, k, _, v in samples(labels(d, "h", None), {"ecc_corrected_errors": 12})}
     assert got["DCGM_FI_DEV_ECC_SBE_VOL_TOTAL"] == ("counter", 12.0) and "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL" not in got
+
+
+def test_a_counter_read_once_a_second_stays_in_every_scrape() -> None:
+    """An H100 answers the energy field in 3-4 ms, so the collector reads it once a second
+    (collectors/nvml.py SLOW_FIELD_S): most ticks carry no energy. The exported gauge and the
+    DCGM-named endpoint's values keep the last reading (gpuscope.metrics.HOLD_S) instead of
+    dropping the series between readings; the store keeps those ticks NULL."""
+    from fakes.fake_pynvml import FakeNvml, load_table
+
+    from gpuscope.collectors import NvmlCollector
+    from gpuscope.otel.sink import TelemetryState
+    from gpuscope.sinks.base import SampleBatch, SamplerInfo
+
+    table = load_table("nvml_h100_a100.json")
+    table["devices"][0]["base"]["field_cost_us"] = {"83": 3000}
+    fake = FakeNvml(table)
+    collector = NvmlCollector(nvml=fake, gpm_min_interval_s=0.0, process_interval_s=0.0, slow_counter_interval_s=60)
+    devices = collector.open()
+    state = TelemetryState()
+    state.start(SamplerInfo(interval_s=0.1, started_ns=0, vendors=[], devices=devices))
+    seen, energy = [], []
+    for _ in range(3):
+        rows = collector.sample()
+        seen.append("energy_j" in next(r for r in rows if r.device == "gpu0").values)
+        state.write(SampleBatch([(0, rows)]))
+        energy.append([v for v, a in state.observe("hw.energy") if dict(a)["hw.name"] == "gpu0"])
+        fake.step()
+    collector.close()
+    assert seen == [True, False, False]  # the collector reads it once in these three ticks
+    assert all(len(e) == 1 for e in energy) and energy[0] == energy[1] == energy[2]
+    assert state.latest()["gpu0"][0]["energy_j"] == energy[0][0]

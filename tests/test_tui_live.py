@@ -162,3 +162,28 @@ def test_a_full_history_still_says_when_a_point_is_new() -> None:
     assert len(h) == 3 and seen == list(range(8))
     h.add(7 * 10**9 + 1, 9.0)  # same bucket: nothing new to draw
     assert h.newest_bucket == 7 and h.data[-1] == 8.0
+
+
+def test_a_metric_read_on_some_ticks_keeps_its_last_reading_on_the_card() -> None:
+    # On the H100 of 2026-11-26 at 10 Hz, GPM values came on 189 of 301 ticks (their windows
+    # must exceed 100 ms) and energy once a second: the card showed "- not read this tick" in
+    # between. It shows the last reading for gpuscope.metrics.HOLD_S, then says it is missing.
+    from gpuscope.collectors.base import DeviceInfo, Sample
+    from gpuscope.metrics import HOLD_S
+    from gpuscope.tui.widgets.live_device import GPU_CELLS, DeviceCard
+
+    dev = DeviceInfo(key="gpu0", vendor="nvidia", kind="gpu", name="NVIDIA H100 80GB HBM3")
+    card = DeviceCard(dev, GPU_CELLS, 1.0)
+    key = next(c.key for c in GPU_CELLS if c.metric == "sm_active")
+    s0 = Sample("gpu0", 10**9, {"gpu_util": 0.9, "sm_active": 0.5})
+    s1 = Sample("gpu0", int(1.1e9), {"gpu_util": 0.9})
+    card.show(card.feed([s0, s1]), {})
+    assert "50" in card.cell_text(key) and "not read" not in card.cell_text(key)
+    late = Sample("gpu0", 10**9 + int((HOLD_S + 0.1) * 1e9), {"gpu_util": 0.9})
+    card.show(card.feed([late]), {})
+    assert "not read this tick" in card.cell_text(key)
+    lost = Sample("gpu0", late.ts_ns + 1, {}, lost=True)
+    card.show(card.feed([lost]), {})
+    back = Sample("gpu0", lost.ts_ns + 1, {"gpu_util": 0.9})
+    card.show(card.feed([back]), {})
+    assert "not read this tick" in card.cell_text(key)  # nothing held across a lost device

@@ -12,6 +12,7 @@ import threading
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+from ..metrics import HeldReadings
 from ..sinks.base import SampleBatch, SamplerInfo, Sink
 from .names import INSTRUMENTS, RATES, Attrs, device_attributes, instrument_of, points, process_points
 
@@ -37,6 +38,7 @@ class TelemetryState(Sink):
         self._last_ts: dict[str, int] = {}
         self._rate_keys: dict[str, dict[str, tuple[str, Attrs]]] = {}  # device -> rate metric -> counter point
         self._latest: dict[str, tuple[dict[str, Any], bool]] = {}  # device -> (values, lost)
+        self._held: dict[str, HeldReadings] = {}  # device -> readings of metrics not read every tick
         self.devices: dict[str, Any] = {}
         self.driver_version: str | None = None
         self.rows = 0
@@ -71,8 +73,11 @@ class TelemetryState(Sink):
         if attrs is None:  # a device the sampler did not announce: nothing to name it by
             return
         host = device in self._host
-        self._values[device] = {(name, a): v for name, v, a in points(attrs, values, lost, host)}
-        self._latest[device] = (dict(values), lost)
+        # a gauge keeps its last reading while a paced read (energy, GPM) skips ticks
+        # (gpuscope.metrics.HOLD_S); the byte counters below integrate only this tick's rates
+        now = self._held.setdefault(device, HeldReadings()).update(ts_ns, values, lost)
+        self._values[device] = {(name, a): v for name, v, a in points(attrs, now, lost, host)}
+        self._latest[device] = (now, lost)
         self.rows += 1
         prev = self._last_ts.get(device)
         self._last_ts[device] = ts_ns
@@ -112,7 +117,8 @@ class TelemetryState(Sink):
         return out
 
     def latest(self) -> dict[str, tuple[dict[str, Any], bool]]:
-        """Each device's newest values as stored, and whether it is lost."""
+        """Each device's newest values (a metric not read at the newest tick: its reading of the
+        last :data:`~gpuscope.metrics.HOLD_S`), and whether it is lost."""
         with self._lock:
             return dict(self._latest)
 

@@ -25,7 +25,7 @@ from textual.strip import Strip
 from textual.widget import Widget
 
 from gpuscope.collectors.base import DeviceInfo, ProcessSample, Sample
-from gpuscope.metrics import METRICS_BY_NAME
+from gpuscope.metrics import METRICS_BY_NAME, HeldReadings
 from gpuscope.render.table import fmt_pct, fmt_rate, shorten
 
 from .live_history import MetricHistory
@@ -156,6 +156,9 @@ class DeviceCard(Widget):
         self.missing_text = "; ".join(f"n/a {', '.join(names)}: {why}" for why, names in missing.items())
         self.procs_text = ""
         self._last_ts = -1
+        # metrics read on some ticks only (energy, GPM) keep showing their last reading
+        self._held = HeldReadings()
+        self._now: tuple[int, dict[str, float | int | None]] = (-1, {})  # (ts_ns, values held)
         self._last_procs: tuple[ProcessSample, ...] | None = None
         self._lines: list[_Line] = []
         self._lines_width = -1
@@ -306,6 +309,7 @@ class DeviceCard(Widget):
             if s.ts_ns <= self._last_ts:
                 continue
             self._last_ts = s.ts_ns
+            self._now = (s.ts_ns, self._held.update(s.ts_ns, s.values, s.lost))
             if s.lost:
                 continue
             for metric, h in self.history.items():
@@ -331,12 +335,13 @@ class DeviceCard(Widget):
             elif latest is None:
                 text = "waiting…"
             else:
-                v = latest.values.get(c.metric)
+                values = self._now[1] if self._now[0] == latest.ts_ns else latest.values
+                v = values.get(c.metric)
                 if v is None:
                     why = reasons.get(c.metric) or "not read this tick"
                     text = "- " + shorten(_one_line(why), VALUE_WIDTH + 8)
                 elif c.total is not None:
-                    text = fmt_against(c.metric, v, c.total, latest.values.get(c.total))
+                    text = fmt_against(c.metric, v, c.total, values.get(c.total))
                 else:
                     text = fmt_metric(c.metric, v)
             self._texts[c.key] = f"{c.label:<{LABEL_WIDTH}}{text:<{VALUE_WIDTH}}".rstrip()
