@@ -219,7 +219,9 @@ def build_parser(description: str = "Tiny LLaMA-style inference workload.") -> a
         p.add_argument("--" + key.replace("_", "-"), dest=key, type=int, default=None, metavar="N")
     p.add_argument("--dtype", choices=["auto", *DTYPES], default="auto", help="auto: bfloat16 on CUDA, else float32")
     p.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto")
-    p.add_argument("--warmup", type=int, default=1, help="untimed warm-up generations (default 1)")
+    p.add_argument("--warmup", type=int, default=1,
+                   help="untimed warm-up generations of full length (default 1): every decode shape, and so "
+                        "every kernel and cuBLAS plan, is loaded before timing")
     p.add_argument("--seed", type=int, default=0)
     return p
 
@@ -251,7 +253,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     model, prompt, s = setup(args)
     for _ in range(args.warmup):
-        generate(model, prompt, min(s["new_tokens"], 4), warmup=True)
+        # full length: each decode step has its own cache length, and on a GPU the first step at
+        # each length loads kernels and plans; a short warm-up left that in the timed generation,
+        # which on an H100 made the first timed generation 10x slower than the next ones
+        generate(model, prompt, s["new_tokens"], warmup=True)
     t_start = time.perf_counter()
     res = generate(model, prompt, s["new_tokens"])
     generations = 1

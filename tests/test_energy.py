@@ -216,3 +216,35 @@ def test_steps_held_by_the_profiler_are_left_out_of_the_rates() -> None:
     # when every step was under the profiler, the rates are over them and say so
     g = generation_summary(marks[:3], profiled=[(1, BASE_NS - MS, BASE_NS + 10**9)])
     assert g["profiled"]["kept"] is True and g["decode"]["steps"] == 2
+
+
+def test_a_real_h100_recording_with_energy_read_once_a_second() -> None:
+    """The H100 recording of 2026-11-26 (fixtures/recordings): the energy field was read on 29
+    of 301 ticks (once a second), power on every tick. The counter is reported; the 0.8 s after
+    its last reading (which the sum of its steps alone left out: 2.4 % of the run's energy) is
+    filled in from power, and the whole agrees with integrated power within 1 %."""
+    import gzip
+    import json
+
+    from conftest import FIXTURES
+
+    path = FIXTURES / "recordings" / "h100_sxm_bf16_matmul.jsonl.gz"
+    with gzip.open(path, "rt") as f:
+        rows = [json.loads(line) for line in f]
+    gpu = [r for r in rows[1:] if r.get("device") == "gpu0"]
+    readings = [(r["ts_ns"], r["values"].get("energy_j"), r["values"].get("power_w")) for r in gpu]
+    assert sum(e is not None for _, e, _ in readings) == 29
+    d = device_energy(readings, max_power_w=700.0)
+    s = d.summary
+    assert s["energy_source"] == "counter" and s["note"] is None
+    assert s["counter"]["resets"] == s["counter"]["rejected_steps"] == s["counter"]["wraps"] == 0
+    counted = [(t, e) for t, e, _ in readings if e is not None]
+    tail_s = (readings[-1][0] - counted[-1][0]) / 1e9
+    assert s["counter"]["bridged_s"] == pytest.approx(tail_s) and s["counter"]["unknown_s"] == 0
+    tail_j = d.power.between(counted[-1][0], readings[-1][0])[0]
+    assert tail_j > 500  # about 0.8 s at 690 W
+    assert s["energy_j"] == pytest.approx(counted[-1][1] - counted[0][1] + tail_j)
+    assert abs(s["energy_integrated_j"] - s["energy_j"]) / s["energy_j"] < 0.01
+    # a window wholly after the last counter reading has its energy too (it was 0 J)
+    assert d.energy_in(counted[-1][0] + 10**8, readings[-1][0]) == pytest.approx(
+        d.power.between(counted[-1][0] + 10**8, readings[-1][0])[0])

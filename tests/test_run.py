@@ -224,10 +224,10 @@ def test_example_workload_run_records_windows_marks_and_tokens(tmp_path: Path) -
     gen = tele["generation"]
     n = workload["generations"]
     # generated tokens: batch x new tokens per generation (the prefill's first token, then the
-    # decode steps); the prompt apart; the warm-up generation (4 new tokens) left out
+    # decode steps); the prompt apart; the warm-up generation (full length: 24 new tokens) left out
     assert tele["tokens"] == gen["generated_tokens"] == n * 2 * 24 and tele["token_source"] == "marks"
     assert gen["prompt_tokens"] == n * 2 * 32
-    assert gen["warmup"] == {"marks": 4, "generated_tokens": 2 * 4, "prompt_tokens": 2 * 32}
+    assert gen["warmup"] == {"marks": 24, "generated_tokens": 2 * 24, "prompt_tokens": 2 * 32}
     assert gen["basis"] == "steps" and gen["unclosed_tokens"] == 0  # the example ends each generation with a mark
     # steps the profiler window held (opening to trace written) are counted apart, the rest in the rates
     held = gen["profiled"]
@@ -244,7 +244,7 @@ def test_example_workload_run_records_windows_marks_and_tokens(tmp_path: Path) -
     text = render_run_summary(doc)
     assert f"tokens: {n * 2 * 24:,} generated (marks), {n * 2 * 32:,} prompt: " in text
     assert "generated tokens/s" in text and "decode " in text and "prompt tokens/s" in text
-    assert "warm-up left out: 4 marks, 8 generated and 64 prompt tokens" in text
+    assert "warm-up left out: 24 marks, 48 generated and 64 prompt tokens" in text
     assert len(doc["windows"]) == 1 and doc["analysis"]["ops"]
     w = doc["windows"][0]
     assert 0 < w["end_ns"] - w["start_ns"] <= 60e9
