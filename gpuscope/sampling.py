@@ -30,6 +30,16 @@ reports them and :class:`~gpuscope.sinks.StoreSink` stores them with the run (ta
 A collector whose vendor is not on this machine is left out at :meth:`Sampler.start` (its
 reason is in :attr:`Sampler.unavailable`); a degraded metric is None and reported once
 (:attr:`SamplerStats.degradations`, and each batch's ``degradations``).
+
+Hangs: a vendor call can block for good (NVML on a wedged GPU, a driver waiting on a reset,
+``amd-smi`` stuck), and a thread blocked in C cannot be interrupted. So a collector that does
+not open within :data:`OPEN_TIMEOUT_S` is left out (``gpuscope run`` starts the program after
+the sampler: a hang there would hold the program back), and a watchdog thread watches every
+``sample()``: one that has not returned after ``hang_s`` (:data:`HANG_S`, or five ticks if
+longer) is left behind in its thread, said once, and a fresh sampling thread goes on with the
+other collectors from the next slot; the stuck collector's devices have no rows until its call
+returns, then it is said again and sampled as before. At most the stuck tick's rows are lost.
+``stop()`` never waits on a hung call, and closing a collector is bounded the same way.
 """
 from __future__ import annotations
 
@@ -53,6 +63,36 @@ __all__ = [
 
 DEFAULT_INTERVAL_S = 0.1
 MAX_RATE_HZ = 100.0
+
+#: A ``sample()`` running longer than this (or five ticks, if longer) is taken for a hang. The
+#: slowest call a healthy driver makes is tens of milliseconds (NVML's PCIe throughput samples
+#: for 20 ms, the process list takes a few ms: bench/README.md), so 2 s is far past any of them.
+HANG_S = 2.0
+#: A collector that has not opened after this long is left out (``nvmlInit`` on a wedged driver
+#: can block for good; a healthy open takes well under a second, amd-smi's CLI a few seconds).
+OPEN_TIMEOUT_S = 15.0
+#: How long ``stop()`` waits for a collector's ``close()`` (a hung driver can block it too).
+CLOSE_TIMEOUT_S = 5.0
+
+
+def _bounded(fn: Callable[[], Any], timeout_s: float, name: str) -> tuple[bool, Any, BaseException | None]:
+    """Call ``fn`` in a daemon thread; ``(finished, result, exception)`` after at most
+    ``timeout_s``. A call that has not finished is left running (a thread blocked in C code
+    cannot be stopped); being a daemon thread, it does not keep the process alive."""
+    out: dict[str, Any] = {}
+
+    def call() -> None:
+        try:
+            out["result"] = fn()
+        except BaseException as exc:  # handed to the caller
+            out["exc"] = exc
+
+    t = threading.Thread(target=call, name=name, daemon=True)
+    t.start()
+    t.join(timeout_s)
+    if t.is_alive():
+        return False, None, None
+    return True, out.get("result"), out.get("exc")
 
 
 #: Ticks whose cost and lateness are kept for the percentiles of :class:`SamplerStats`.
@@ -97,7 +137,8 @@ class Sampler:
     def __init__(self, collectors: Sequence[Collector], sinks: Sequence[Sink] = (), *,
                  interval_s: float = DEFAULT_INTERVAL_S, batch_s: float = 0.5, tree: Any = None,
                  on_degradation: Callable[[Degradation], None] | None = None,
-                 max_ticks: int | None = None) -> None:
+                 max_ticks: int | None = None, hang_s: float | None = None,
+                 open_timeout_s: float = OPEN_TIMEOUT_S) -> None:
         if not (1.0 / MAX_RATE_HZ - 1e-9 <= interval_s <= 3600):
             raise ValueError(f"interval_s must be between {1 / MAX_RATE_HZ:g} s ({MAX_RATE_HZ:g} Hz) and 3600 s, "
                              f"not {interval_s!r}")
@@ -108,6 +149,8 @@ class Sampler:
         self.tree = tree
         self.on_degradation = on_degradation
         self.max_ticks = max_ticks
+        self.hang_s = float(hang_s) if hang_s is not None else max(HANG_S, 5 * self.interval_s)
+        self.open_timeout_s = float(open_timeout_s)
         self.active: list[Collector] = []
         self.devices: list[DeviceInfo] = []
         self.vendors: list[VendorStatus] = []
@@ -125,7 +168,21 @@ class Sampler:
         self._sinks_started: list[Sink] = []
         self._started = False
         self._stopped = False
-        self._pids: frozenset[int] = frozenset()
+        self._pids: frozenset[int] | None = frozenset()
+        # shared by the sampling thread of the moment and the watchdog (under _lock): the
+        # generation of the sampling thread that owns the schedule, the call in progress, the
+        # collectors left behind in a hung call, and the rows not yet handed to the sinks
+        self._lock = threading.Lock()
+        self._gen = 0
+        self._busy: tuple[int, int, float] | None = None  # (generation, collector index, monotonic start)
+        self._hung: dict[int, float] = {}  # collector index -> monotonic time its call began
+        self._pending: list[tuple[int, list[Sample]]] = []
+        self._pending_deg: list[Degradation] = []
+        self._last_handoff = 0.0
+        self._t0 = 0.0
+        self._k = 0
+        self._watchdog: threading.Thread | None = None
+        self._watch_stop = threading.Event()
 
     # ------------------------------------------------------------------ lifecycle
     def open(self) -> list[DeviceInfo]:
@@ -136,14 +193,22 @@ class Sampler:
 
         keys: set[str] = set()
         for ci, c in enumerate(self.collectors):
-            try:
-                found = c.open()
-            except CollectorUnavailable as exc:
+            finished, found, exc = _bounded(c.open, self.open_timeout_s, f"gpuscope-open-{c.source}")
+            if not finished:  # left behind in its thread; never closed (close could hang too)
+                self.unavailable.append(VendorStatus(
+                    c.source, False, None, f"did not answer within {self.open_timeout_s:g} s when opened "
+                                           "(a hung driver or tool call?): left out"))
+                self.vendors.append(self.unavailable[-1])
+                continue
+            if isinstance(exc, CollectorUnavailable):
                 self.unavailable.append(VendorStatus(exc.vendor, False, None, exc.reason))
                 self.vendors.append(self.unavailable[-1])
                 c.close()
                 continue
-            except Exception as exc:  # a vendor library misbehaving must not stop the run
+            if exc is not None:
+                if not isinstance(exc, Exception):
+                    raise exc  # KeyboardInterrupt, SystemExit: not the vendor's doing
+                # a vendor library misbehaving must not stop the run
                 self.unavailable.append(VendorStatus(c.source, False, None, f"open failed: {type(exc).__name__}: {exc}"))
                 self.vendors.append(self.unavailable[-1])
                 c.close()
@@ -181,8 +246,11 @@ class Sampler:
             raise
         self._dispatcher = threading.Thread(target=self._dispatch_loop, name="gpuscope-sink", daemon=True)
         self._dispatcher.start()
-        self._thread = threading.Thread(target=self._sample_loop, name="gpuscope-sampler", daemon=True)
+        self._t0 = self._last_handoff = time.monotonic()
+        self._thread = threading.Thread(target=self._sample_loop, args=(0,), name="gpuscope-sampler", daemon=True)
         self._thread.start()
+        self._watchdog = threading.Thread(target=self._watch_loop, name="gpuscope-watchdog", daemon=True)
+        self._watchdog.start()
 
     def stop(self) -> SamplerStats:
         """Stop sampling, flush the last rows to the sinks, close sinks and collectors."""
@@ -190,8 +258,17 @@ class Sampler:
             return self.stats
         self._stopped = True
         self._stop.set()
-        if self._thread is not None:
-            self._thread.join()
+        # the thread of the moment ends at once, unless it is in a hung call: then the
+        # watchdog hands over within hang_s to a new one that sees the stop and ends
+        while self._thread is not None:
+            t = self._thread
+            t.join(0.05)
+            with self._lock:
+                if not t.is_alive() and t is self._thread:
+                    break
+        self._watch_stop.set()
+        if self._watchdog is not None:
+            self._watchdog.join()
         self._queue.put(None)
         if self._dispatcher is not None:
             self._dispatcher.join()
@@ -228,78 +305,154 @@ class Sampler:
         self.stop()
 
     def _close_collectors(self) -> None:
-        for c in self.active:
-            try:
-                c.close()
-            except Exception:
-                pass
+        for ci, c in enumerate(self.active):
+            if ci in self._hung:
+                continue  # still inside a call: closing under it could crash or hang the driver
+            _bounded(c.close, CLOSE_TIMEOUT_S, f"gpuscope-close-{c.source}")
 
     # ------------------------------------------------------------------ sampling thread
-    def _sample_loop(self) -> None:
+    def _sample_loop(self, gen: int) -> None:
+        """Sample on the schedule until stopped; ``gen`` is this thread's generation: once the
+        watchdog has handed the schedule to a newer thread, this one ends without a word."""
         interval = self.interval_s
-        t0 = time.monotonic()
-        k = 0
-        pending: list[tuple[int, list[Sample]]] = []
-        pending_deg: list[Degradation] = []
-        last_handoff = t0
+        current = True
         try:
             while not self._stop.is_set():
-                deadline = t0 + k * interval
+                k = self._k
+                deadline = self._t0 + k * interval
                 delay = deadline - time.monotonic()
                 if delay > 0 and self._stop.wait(delay):
                     break
                 start = time.monotonic()
-                self._lateness.add(int((start - deadline) * 1e9))
                 c0, w0 = time.thread_time_ns(), time.perf_counter_ns()
-                rows, degr = self._tick()
-                self._tick_cpu.add(time.thread_time_ns() - c0)
-                self._tick_wall.add(time.perf_counter_ns() - w0)
-                pending.append((k, rows))
-                pending_deg.extend(degr)
-                self.stats.ticks += 1
-                self.stats.rows += len(rows)
+                tick = self._tick(gen)
+                if tick is None:  # left behind in a hung call; the schedule is another thread's
+                    current = False
+                    return
+                rows, degr = tick
+                cpu, wall = time.thread_time_ns() - c0, time.perf_counter_ns() - w0
                 now = time.monotonic()
-                if now - last_handoff >= self.batch_s:
-                    self._queue.put(SampleBatch(pending, pending_deg))
-                    pending, pending_deg, last_handoff = [], [], now
+                with self._lock:
+                    if gen != self._gen:
+                        current = False
+                        return
+                    self._lateness.add(int((start - deadline) * 1e9))
+                    self._tick_cpu.add(cpu)
+                    self._tick_wall.add(wall)
+                    self._pending.append((k, rows))
+                    self._pending_deg.extend(degr)
+                    self.stats.ticks += 1
+                    self.stats.rows += len(rows)
+                    if now - self._last_handoff >= self.batch_s:
+                        self._queue.put(SampleBatch(self._pending, self._pending_deg))
+                        self._pending, self._pending_deg, self._last_handoff = [], [], now
+                    # the next slot after now: late ticks are skipped and counted, never bunched
+                    nxt = k + 1
+                    if now > self._t0 + nxt * interval:
+                        late_slot = int((now - self._t0) / interval) + 1
+                        self.stats.missed_ticks += late_slot - nxt
+                        nxt = late_slot
+                    self._k = nxt
                 if self.max_ticks is not None and self.stats.ticks >= self.max_ticks:
                     break
                 if self._exhausted():
                     break
-                # the next slot after now: late ticks are skipped and counted, never bunched
-                nxt = k + 1
-                if now > t0 + nxt * interval:
-                    late_slot = int((now - t0) / interval) + 1
-                    self.stats.missed_ticks += late_slot - nxt
-                    nxt = late_slot
-                k = nxt
         finally:
-            if pending or pending_deg:
-                self._queue.put(SampleBatch(pending, pending_deg))
-            self.stats.drift_ns = self._lateness.recent[-1] if self._lateness.n else 0
-            self._done.set()
+            if current:
+                with self._lock:
+                    if gen == self._gen:
+                        self._gen += 1  # the schedule ends with this thread: the watchdog stands down
+                        if self._pending or self._pending_deg:
+                            self._queue.put(SampleBatch(self._pending, self._pending_deg))
+                            self._pending, self._pending_deg = [], []
+                        self.stats.drift_ns = self._lateness.recent[-1] if self._lateness.n else 0
+                        self._done.set()
+
+    def _watch_loop(self) -> None:
+        """Every fraction of ``hang_s``: a ``sample()`` of the current generation running past
+        ``hang_s`` is a hang. Leave its thread behind and hand the schedule to a new one."""
+        while not self._watch_stop.wait(min(0.25, self.hang_s / 4)):
+            with self._lock:
+                busy = self._busy
+                if busy is None or busy[0] != self._gen or self._done.is_set():
+                    continue
+                gen, ci, since = busy
+                if time.monotonic() - since < self.hang_s:
+                    continue
+                c = self.active[ci]
+                self._hung[ci] = since
+                self._busy = None
+                self._gen += 1
+                new_gen = self._gen
+                self._k = max(self._k + 1, int((time.monotonic() - self._t0) / self.interval_s) + 1)
+                g = Degradation(c.source, None, None,
+                                f"sample() has not returned in {self.hang_s:g} s (a hung driver or tool call): "
+                                "its devices get no rows until it answers; the other sources go on")
+                self._pending_deg.append(g)
+                self._thread = threading.Thread(target=self._sample_loop, args=(new_gen,),
+                                                name=f"gpuscope-sampler-{new_gen}", daemon=True)
+                self._thread.start()
+            self._report([g])
+
+    def _report(self, degr: list[Degradation]) -> None:
+        self.stats.degradations.extend(degr)
+        for g in degr:
+            if g.phase == "clock":
+                self.stats.clock_fallbacks[f"{g.source}/{g.device or '*'}"] = g.reason
+        if self.on_degradation is not None:
+            for g in degr:
+                try:
+                    self.on_degradation(g)
+                except Exception:
+                    pass
 
     def _exhausted(self) -> bool:
         return bool(self.active) and all(getattr(c, "done", False) for c in self.active)
 
-    def _tick(self) -> tuple[list[Sample], list[Degradation]]:
+    def _tick(self, gen: int) -> tuple[list[Sample], list[Degradation]] | None:
+        """One tick of every collector not left behind in a hung call; None when this thread
+        itself was left behind during it (its rows are dropped: the schedule went on)."""
+        hung = self._hung
         if self.tree is not None:
             try:
                 pids = self.tree.pids()
             except Exception:
-                pids = self._pids
+                pids = self._pids or frozenset()
             if pids != self._pids:
                 self._pids = pids
-                for c in self.active:
-                    c.set_pids(pids)
+                for ci, c in enumerate(self.active):
+                    if ci not in hung:
+                        c.set_pids(pids)
         rows: list[Sample] = []
         degr: list[Degradation] = []
         for ci, c in enumerate(self.active):
+            if ci in hung:
+                continue
+            with self._lock:
+                self._busy = (gen, ci, time.monotonic())
             try:
                 got = c.sample()
             except Exception as exc:  # a collector bug must not stop the others
                 c._degrade(None, None, f"sample() failed: {type(exc).__name__}: {exc}")
                 got = []
+            with self._lock:
+                if gen != self._gen:  # this call outlived hang_s and was left behind
+                    since = self._hung.pop(ci, None)
+                    if since is not None:
+                        back = Degradation(c.source, None, None, f"sample() answered again after "
+                                                                 f"{time.monotonic() - since:.1f} s: sampled again")
+                        self._pending_deg.append(back)
+                        self._pids = None  # hand the watched pids to it again at the next tick
+                    else:
+                        back = None
+                else:
+                    self._busy = None
+                    back = None
+            if back is not None:
+                self._report([back])
+                return None
+            if gen != self._gen:
+                return None
             if self._rename:
                 for s in got:
                     s.device = self._rename.get((ci, s.device), s.device)
@@ -308,16 +461,7 @@ class Sampler:
             if new:
                 degr.extend(new)
         if degr:
-            self.stats.degradations.extend(degr)
-            for g in degr:
-                if g.phase == "clock":
-                    self.stats.clock_fallbacks[f"{g.source}/{g.device or '*'}"] = g.reason
-            if self.on_degradation is not None:
-                for g in degr:
-                    try:
-                        self.on_degradation(g)
-                    except Exception:
-                        pass
+            self._report(degr)
         return rows, degr
 
     # ------------------------------------------------------------------ dispatch thread

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import copy
 import json
+import threading
 import time
 import string
 from pathlib import Path
@@ -170,6 +171,12 @@ class FakeNvml:
         self.calls: list[str] = []
         self._cache: dict[tuple[int, int, int], dict[str, Any]] = {}
         self.initialised = 0
+        #: a driver that stops answering: the table's ``"hang": {"call": NAME, "after_calls": N}``
+        #: lets N calls of NAME through, then blocks every later one until ``release`` is set,
+        #: as a wedged GPU blocks NVML (``after_calls`` absent: from the first call)
+        self.release = threading.Event()
+        self.hung_calls = 0
+        self._hang_counts: dict[str, int] = {}
         for k, v in _ERROR_CLASSES.items():
             setattr(self, k, v)
         for k, v in ERROR_CODES.items():
@@ -198,8 +205,18 @@ class FakeNvml:
             return _merge(mig.get("base", {}), {"_mig": True})
         return t
 
+    def _maybe_hang(self, fn: str) -> None:
+        hang = self.table.get("hang")
+        if not hang or hang.get("call") != fn:
+            return
+        n = self._hang_counts[fn] = self._hang_counts.get(fn, 0) + 1
+        if n > int(hang.get("after_calls", 0)) and not self.release.is_set():
+            self.hung_calls += 1
+            self.release.wait()
+
     def _get(self, h: _Handle, key: str, fn: str) -> Any:
         self.calls.append(fn)
+        self._maybe_hang(fn)
         if not self.initialised:
             raise NVMLError(ERROR_CODES["UNINITIALIZED"])
         t = self._now(h)
@@ -210,6 +227,7 @@ class FakeNvml:
     # -- init -------------------------------------------------------------------------------
     def nvmlInit(self) -> None:
         self.calls.append("nvmlInit")
+        self._maybe_hang("nvmlInit")
         err = self.table.get("init_error")
         if err:
             raise NVMLError(ERROR_CODES[err])
@@ -333,6 +351,7 @@ class FakeNvml:
 
     def nvmlDeviceGetFieldValues(self, h: _Handle, field_ids: list[Any]) -> list[_Obj]:
         self.calls.append("nvmlDeviceGetFieldValues")
+        self._maybe_hang("nvmlDeviceGetFieldValues")
         t = self._now(h)
         fields = t.get("fields", {})
         if isinstance(fields, str):  # the whole call fails (e.g. FUNCTION_NOT_FOUND on an old driver)
