@@ -3,20 +3,15 @@
 Skips, saying so, where tmux is missing (CI installs it: .ci/run)."""
 from __future__ import annotations
 
-import os
 import re
-import shlex
 import shutil
-import subprocess
-import sys
 import time
-import uuid
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
-from conftest import FIXTURES, REPO, cpu_op, kernel, run_cli, runtime, write_trace
+from conftest import FIXTURES, cpu_op, kernel, run_cli, runtime, write_trace
+from tmux_harness import Tmux, start_tui
 
 RECORDING = FIXTURES / "recordings" / "synthetic_h100_a100.jsonl"
 RUN_NAME = "tmux-probe-run"
@@ -24,41 +19,6 @@ WIDTH, HEIGHT = 100, 30
 
 pytestmark = pytest.mark.skipif(shutil.which("tmux") is None,
                                 reason="tmux is not installed (apt-get install tmux; .ci/run does in CI)")
-
-
-class Tmux:
-    """One private tmux server (its own socket), so nothing else's sessions are touched."""
-
-    def __init__(self) -> None:
-        self.socket = f"gpuscope-test-{uuid.uuid4().hex[:8]}"
-        self.session = "tui"
-
-    def __call__(self, *args: str) -> str:
-        # the server (started by the first command) copies this environment into its sessions:
-        # without NO_COLOR or an outer tmux's variables, so each test says what it wants
-        env = {k: v for k, v in os.environ.items() if k != "NO_COLOR" and not k.startswith("TMUX")}
-        p = subprocess.run(["tmux", "-L", self.socket, *args], capture_output=True, text=True, timeout=30, env=env)
-        assert p.returncode == 0, (args, p.stderr)
-        return p.stdout
-
-    def screen(self, escapes: bool = False) -> str:
-        return self("capture-pane", "-p", *(["-e"] if escapes else []), "-t", self.session)
-
-    def keys(self, *keys: str) -> None:
-        self("send-keys", "-t", self.session, *keys)
-
-    def wait_for(self, what: str, check: Callable[[str], bool], timeout_s: float = 30) -> str:
-        deadline = time.monotonic() + timeout_s
-        text = ""
-        while time.monotonic() < deadline:
-            text = self.screen()
-            if check(text):
-                return text
-            time.sleep(0.2)
-        raise AssertionError(f"{what}: not on the screen within {timeout_s:g} s; the screen:\n{text}")
-
-    def close(self) -> None:
-        subprocess.run(["tmux", "-L", self.socket, "kill-server"], capture_output=True, timeout=30)
 
 
 def _store_with_one_run(tmp_path: Path) -> Path:
@@ -82,14 +42,8 @@ def tmux() -> Tmux:
 
 
 def _start(tmux: Tmux, db: Path, extra_env: dict[str, str] | None = None) -> None:
-    env = {k: v for k, v in os.environ.items() if k in ("PATH", "HOME", "LANG", "LC_ALL", "PYTHONPATH", "VIRTUAL_ENV")}
-    env.update(extra_env or {}, TERM="xterm-256color")
-    cmd = shlex.join([sys.executable, "-m", "gpuscope", "tui", "--db", str(db), "--replay", str(RECORDING),
-                      "--interval", "0.5"])
-    # the shell line after the app says how it ended, and keeps the pane open to read it
-    script = f"cd {shlex.quote(str(REPO))} && {cmd}; echo gpuscope-exit=$?; sleep 120"
-    tmux("new-session", "-d", "-s", tmux.session, "-x", str(WIDTH), "-y", str(HEIGHT),
-         *[a for k, v in env.items() for a in ("-e", f"{k}={v}")], script)
+    start_tui(tmux, db, "--replay", str(RECORDING), "--interval", "0.5", width=WIDTH, height=HEIGHT,
+              extra_env=extra_env)
 
 
 def test_tui_in_a_real_terminal_shows_screens_takes_keys_and_quits(tmp_path: Path, tmux: Tmux) -> None:
