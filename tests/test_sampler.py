@@ -100,6 +100,20 @@ def test_tick_statistics_hold_bounded_memory(monkeypatch) -> None:
     assert st.lateness_ns_p99 == float(max(s._lateness.recent)) and st.drift_ns == s._lateness.recent[-1]
 
 
+def test_the_percentile_window_is_a_ring_of_the_newest_values(monkeypatch) -> None:
+    from gpuscope import sampling as sampler_mod
+
+    monkeypatch.setattr(sampler_mod, "PERCENTILE_WINDOW", 5)
+    series = sampler_mod._Series()
+    for v in range(1, 4):
+        series.add(v)
+    assert series.recent == [1, 2, 3]
+    for v in range(4, 13):
+        series.add(v)
+    assert series.recent == [8, 9, 10, 11, 12] and series.last == 12 and series.max == 12 and series.n == 12
+    assert series.total == sum(range(1, 13))
+
+
 def test_slow_ticks_are_skipped_not_bunched() -> None:
     mem = MemorySink()
     st = Sampler([Clocked(work_s=0.05)], [mem], interval_s=0.02).run(0.8)
