@@ -214,7 +214,9 @@ def test_example_workload_run_records_windows_marks_and_tokens(tmp_path: Path) -
     from gpuscope.render.run_summary import render_run_summary
 
     db = tmp_path / "s.duckdb"
-    p = gpuscope(db, "run", "--json", "--profile-delay", "0.2", "--profile-duration", "1", "--", PY,
+    # the window opens 1 s after torch is imported: past the full-length warm-up generation even
+    # on a loaded machine (at 0.2 s it could fall inside it, leaving no timed step profiled)
+    p = gpuscope(db, "run", "--json", "--profile-delay", "1", "--profile-duration", "1", "--", PY,
                  str(REPO / "examples" / "tiny_llm.py"), "--layers", "2", "--d-model", "128", "--new-tokens", "24",
                  "--prompt-len", "32", "--batch", "2", "--warmup", "1", "--seconds", "4", "--json")
     assert p.returncode == 0, p.stderr

@@ -18,6 +18,7 @@ import os
 import re
 import shutil
 import signal
+import stat
 import subprocess
 import sys
 import threading
@@ -98,15 +99,49 @@ def _check_command(cmd: list[str]) -> None:
         raise InputError(exe, "command not found on PATH")
 
 
+def _check_private_dir(path: Path, what: str) -> None:
+    """Refuse ``path`` unless it is a directory (not a symbolic link) of this user's that no other
+    user can write to: whoever can write to it can rename what gpuscope creates there and put
+    a folder of their own in its place, and the program would import their bootstrap."""
+    try:
+        st = os.lstat(path)
+    except OSError as exc:
+        raise InputError(str(path), f"cannot use it as {what}: {exc.strerror or exc}") from None
+    if stat.S_ISLNK(st.st_mode):
+        raise InputError(str(path), f"is a symbolic link; gpuscope keeps {what} in a real directory of yours "
+                                    "(remove the link, or use another --db)")
+    if not stat.S_ISDIR(st.st_mode):
+        raise InputError(str(path), f"is not a directory; gpuscope keeps {what} there "
+                                    "(move it away, or use another --db)")
+    if hasattr(os, "geteuid") and st.st_uid != os.geteuid():
+        raise InputError(str(path), f"belongs to another user (uid {st.st_uid}), who could replace the bootstrap "
+                                    f"gpuscope puts in {what}: use another --db")
+    if st.st_mode & 0o022:
+        raise InputError(str(path), f"other users can write to it (mode {stat.S_IMODE(st.st_mode):04o}) and "
+                                    f"could replace the bootstrap gpuscope puts in {what}: chmod go-w it, or use "
+                                    "another --db")
+
+
 def private_bootstrap(run_dir: Path) -> Path:
     """A copy of the bootstrap in the run's own directory (0700, like the run directory): what
     the child imports first cannot be swapped by another user, even where gpuscope is installed
-    in a directory others can write."""
+    in a directory others can write. The folder and its files are created here, never reused:
+    one that exists already (a planted folder, or a link to another place) is refused."""
+    _check_private_dir(run_dir, "the run directory")
     boot = run_dir / contract.BOOTSTRAP_DIR
-    boot.mkdir(mode=0o700, exist_ok=True)
-    os.chmod(boot, 0o700)
+    try:
+        boot.mkdir(mode=0o700)  # mkdir(2) does not follow a link: an existing one fails here
+    except FileExistsError:
+        raise InputError(str(boot), "exists already; gpuscope creates the run's bootstrap folder itself") from None
+    os.chmod(boot, 0o700)  # whatever the umask: mkdir's mode only ever loses bits to it
     for name, src in CHILD_FILES.items():
-        shutil.copyfile(src, boot / name)
+        # O_EXCL | O_NOFOLLOW: a new file, never one found in place (copyfile would write through a link)
+        fd = os.open(boot / name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0)
+                     | getattr(os, "O_CLOEXEC", 0), 0o600)
+        if hasattr(os, "fchmod"):
+            os.fchmod(fd, 0o600)  # readable by the program whatever the umask
+        with open(fd, "wb") as dst, open(src, "rb") as data:
+            shutil.copyfileobj(data, dst)
     return boot
 
 
@@ -147,18 +182,41 @@ def _runs_root(db: Path) -> Path:
     return db.parent / "gpuscope-runs"
 
 
+def _checked_runs_root(db: Path, create: bool) -> Path:
+    """The folder of the store's run directories, checked when it exists
+    (:func:`_check_private_dir`): the run directories, and the bootstrap the program imports
+    from them, are only as safe from other users as this folder is. ``create``: made owner-only
+    when it does not exist (once the store has started: a store that cannot be written is the
+    store's to refuse, and its folder the store's to make); otherwise nothing is created."""
+    root = _runs_root(db)
+    if create:
+        try:
+            root.mkdir(mode=0o700)
+            os.chmod(root, 0o700)  # whatever the umask (an API caller's may be 0o777)
+        except FileExistsError:
+            pass
+    elif not os.path.lexists(root):
+        return root
+    _check_private_dir(root, "its run directories")
+    return root
+
+
 def _new_run_dir(root: Path, base: str) -> Path:
     """A run directory nobody used before: run ids restart with a new store (a deleted store,
     another store in the same folder), and a reused directory would hand the old run's traces
-    and marks to the new one."""
-    root.mkdir(mode=0o700, parents=True, exist_ok=True)
+    and marks to the new one. Anything already at a name (a folder, a link to another place)
+    is passed over: mkdir(2) never follows a link. Created with its traces folder, owner-only."""
     for n in range(1, 10_000):
         path = root / (base if n == 1 else f"{base}.{n}")
         try:
             path.mkdir(mode=0o700)
-            return path
         except FileExistsError:
             continue
+        os.chmod(path, 0o700)  # whatever the umask
+        traces = path / contract.TRACES_DIR
+        traces.mkdir(mode=0o700)
+        os.chmod(traces, 0o700)
+        return path
     raise GpuscopeError(f"{root}: no free run directory for {base}")
 
 
@@ -175,6 +233,7 @@ def execute(opts: RunOptions, progress: Any = None) -> RunOutcome:
     if not (0 < opts.hz <= 100):
         raise ParameterError("hz", "{value} is outside 0 < hz <= 100", {"value": f"{opts.hz:g}"})
     name = opts.name or default_run_name(opts.command)
+    _checked_runs_root(opts.db, create=False)  # one found unfit is refused before the run exists
     tree = ProcessTree([])
     live = LiveBuffer(maxlen=4)
     sink = StoreSink(opts.db, name=name, command=redact_command(opts.command), source="run", final_status=None)
@@ -195,11 +254,13 @@ def execute(opts: RunOptions, progress: Any = None) -> RunOutcome:
                       on_degradation=degraded.append)
     sampler.start()
     run_id = int(sink.run_id)  # type: ignore[arg-type]
-    run_dir = _new_run_dir(_runs_root(opts.db), f"{run_id}-{name}")
-    for folder in (run_dir.parent, run_dir, run_dir / contract.TRACES_DIR):
-        folder.mkdir(mode=0o700, parents=True, exist_ok=True)
-    os.chmod(run_dir, 0o700)
-    boot = private_bootstrap(run_dir)
+    try:
+        run_dir = _new_run_dir(_checked_runs_root(opts.db, create=True), f"{run_id}-{name}")
+        boot = private_bootstrap(run_dir)
+    except Exception:  # the program never started: the run is closed as failed, not left recording
+        sampler.stop()
+        _finish(opts.db, run_id, "failed", None, time.time_ns())
+        raise
     started_ns = time.time_ns()
     _update_info(opts.db, run_id, {"owner": {"pid": os.getpid(), "host": store.hostname()},
                                    "run_dir": str(run_dir), "profile": json.loads(opts.profile.to_env())})
@@ -482,10 +543,14 @@ def _status(sampler: Any, live: Any, started_ns: int) -> str:
 
 
 def _read_jsonl(path: Path) -> list[dict[str, Any]]:
-    if not path.exists():
+    # The program may have removed or replaced the run directory's files (a folder in place of
+    # marks.jsonl): the run is still stored with the program's exit code, without them.
+    try:
+        text = path.read_text(errors="replace")
+    except OSError:
         return []
     out = []
-    for line in path.read_text(errors="replace").splitlines():
+    for line in text.splitlines():
         try:
             v = json.loads(line)
         except ValueError:

@@ -43,9 +43,13 @@ def _load(name: str) -> ModuleType:
 
     try:
         return importlib.import_module(name)
-    except ModuleNotFoundError as exc:
-        if exc.name != name:
-            raise
+    except Exception:
+        # Not on the search path, or the run's copy is damaged (deleted, cut short, a syntax
+        # error): gpuscope's own file serves, as outside a run, so `import gpuscope` never fails
+        # in the program for the bootstrap's sake. No line here: the run's sitecustomize reports
+        # the damage once where it meets it (the windows need the copy), and this file is no less
+        # trusted than the gpuscope package the program is importing.
+        pass
     spec = importlib.util.spec_from_file_location(name, CHILD_FILES[name + ".py"])
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)

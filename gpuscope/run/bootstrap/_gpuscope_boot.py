@@ -45,7 +45,12 @@ def _append_fd(key: tuple[int, str, str], path: str) -> int:
         try:
             st = os.fstat(fd)
             if (st.st_dev, st.st_ino) == (dev, ino):
-                return fd
+                if st.st_nlink:
+                    return fd
+                # the file was deleted (or the run directory with it): lines written to it would
+                # vanish without a word; open the path again (a new file, or an error said once)
+                del _append_fds[key]
+                os.close(fd)
         except OSError:
             pass
     with _lock:
@@ -72,9 +77,19 @@ def append_jsonl(name: str, record: dict[str, Any]) -> None:
     os.write(_append_fd((os.getpid(), d, name), path), line)
 
 
+#: (pid, kind) of the lines :func:`report` has written: each kind once per process.
+_reported: set[tuple[int, str]] = set()
+
+
 def report(message: str) -> None:
-    """One line on stderr from inside the profiled program; never raises."""
+    """One line on stderr from inside the profiled program; never raises. A failure that
+    repeats (a mark with a bad argument in a decode loop, every mark once the run directory is
+    gone) is said once per process: its kind is the message up to the first colon."""
     try:
+        key = (os.getpid(), message.split(":", 1)[0])
+        if key in _reported:
+            return
+        _reported.add(key)
         os.write(2, f"gpuscope[{os.getpid()}]: {message}\n".encode())
     except Exception:
         pass
@@ -250,12 +265,22 @@ class _Controller:
     opens; one that is open is closed and written at exit."""
 
     def __init__(self, cfg: dict[str, Any]) -> None:
+        import math
         import signal
 
         self.delay_s = float(cfg["delay_s"])
         self.duration_s = float(cfg["duration_s"])
         self.windows = int(cfg["windows"])
         self.interval_s = float(cfg["interval_s"])
+        # Checked here, where a failure is one line: in the timer thread, time.sleep(-1) would
+        # print a thread traceback into the program's stderr (and leave a window open).
+        for key in ("delay_s", "duration_s", "interval_s", "windows"):
+            value = getattr(self, key)
+            if not (math.isfinite(value) and value >= 0):
+                raise ValueError(f"{contract.ENV_PROFILE}: {key} must be a number >= 0, not {cfg[key]!r}")
+        # A forked process inherits this controller, its exit handler included: its window
+        # (if one is open) is the parent's to write, not the child's (see _at_exit).
+        self.pid = os.getpid()
         rd = run_dir()
         self.out_dir = (rd or Path(".")) / contract.TRACES_DIR
         self.stop_path = str(rd / contract.STOP_FILE) if rd is not None else None
@@ -313,6 +338,8 @@ class _Controller:
         deferred.raise_pending()
 
     def _at_exit(self) -> None:
+        if os.getpid() != self.pid:
+            return  # inherited through fork: the forked process has a controller of its own
         # First thing: from here on no window opens (the timer's next signal finds `exiting`).
         self.exiting = True
         # The program ends inside a window: close it so its trace is written. A Ctrl-C while it
@@ -336,6 +363,12 @@ class _Controller:
         return True
 
     def run(self) -> None:
+        try:
+            self._run()
+        except Exception as exc:  # never a thread traceback in the program's stderr
+            report(f"profiler windows stopped: {type(exc).__name__}: {exc}")
+
+    def _run(self) -> None:
         time.sleep(self.delay_s)
         for n in range(self.windows):
             if n:

@@ -52,14 +52,26 @@ def _install() -> None:
             sys.meta_path.remove(_TorchWatcher)
             import importlib.util
 
-            spec = importlib.util.find_spec("torch")
+            try:
+                spec = importlib.util.find_spec("torch")
+            except Exception:  # let the import meet that failure as it would without gpuscope
+                return None
             if spec is None or spec.loader is None:
                 return spec
             loader = spec.loader
             exec_module = loader.exec_module
 
             def exec_and_hook(module):
-                exec_module(module)
+                try:
+                    exec_module(module)
+                except BaseException as exc:
+                    # torch's own import failed: the program's error, to be read as without
+                    # gpuscope. Dropping this frame (a bare raise adds none) leaves importlib's
+                    # frames in one piece, which Python then hides as usual. (Python 3.11 and
+                    # later: 3.10's bare raise keeps the traceback it caught, frames and all.)
+                    if exc.__traceback__ is not None:
+                        exc.__traceback__ = exc.__traceback__.tb_next
+                    raise
                 try:
                     _on_torch(cfg)
                 except Exception as exc:  # never harm the program
@@ -86,8 +98,17 @@ def _on_torch(cfg: dict) -> None:
 
 try:
     _chain()
-except Exception as _exc:  # the chained sitecustomize failed: as Python would, say so and go on
-    _report(f"the program's own sitecustomize failed: {type(_exc).__name__}: {_exc}")
+except Exception as _exc:
+    # The chained sitecustomize failed: say so in the words Python's site module uses
+    # (site.execsitecustomize) and go on, so the program's stderr reads as without gpuscope.
+    try:
+        if sys.flags.verbose:
+            sys.excepthook(*sys.exc_info())
+        else:
+            sys.stderr.write("Error in sitecustomize; set PYTHONVERBOSE for traceback:\n"
+                             f"{_exc.__class__.__name__}: {_exc}\n")
+    except Exception:
+        pass
 try:
     _install()
 except Exception as _exc:
