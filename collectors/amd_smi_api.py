@@ -24,7 +24,28 @@ from dataclasses import dataclass, field
 from types import ModuleType
 from typing import Any
 
-from .amd_values import _KIB, _NO_RESERVED, _NO_XID, _mhz, _num, _nums, _power_cap_w, _str, _try, _watts, gfx_to_capability
+from .amd_values import (
+    _KIB,
+    _NO_RESERVED,
+    _NO_XID,
+    MAX_BYTES,
+    _absent,
+    _bytes,
+    _bytes_per_s,
+    _count,
+    _energy_j,
+    _mhz,
+    _num,
+    _nums,
+    _pci_bus_id,
+    _pci_device_id,
+    _power_cap_w,
+    _shown,
+    _str,
+    _try,
+    _watts,
+    gfx_to_capability,
+)
 from .base import (
     GPU_METRIC_NAMES,
     Collector,
@@ -55,6 +76,35 @@ _LOST_CODES = frozenset({_FILE_NOT_FOUND})
 _PERMANENT_CODES = frozenset({_NOT_SUPPORTED, _NO_PERM})
 
 _ENERGY_RESOLUTION_UJ = 15.259  # 2**-16 J, the usual energy_accumulator tick
+
+#: the gpu_metrics fields each metric is read from, in the order they are tried: to say which
+#: field held what when a metric comes out None
+_METRIC_FIELDS: dict[str, tuple[str, ...]] = {
+    "gpu_util": ("average_gfx_activity",),
+    "mem_util": ("average_umc_activity",),
+    "power_w": ("average_socket_power", "current_socket_power"),
+    "power_instant_w": ("current_socket_power",),
+    "energy_j": ("energy_accumulator",),
+    "temp_c": ("temperature_hotspot", "temperature_edge"),
+    "mem_temp_c": ("temperature_mem", "temperature_hbm"),
+    "sm_clock_mhz": ("current_gfxclk", "current_gfxclks", "average_gfxclk_frequency"),
+    "mem_clock_mhz": ("current_uclk", "average_uclk_frequency"),
+    "throttle_reasons": ("indep_throttle_status", "throttle_status"),
+    "pcie_bytes_per_s": ("pcie_bandwidth_inst",),
+}
+_NA_IN_GPU_METRICS = "not reported by this GPU (N/A in gpu_metrics)"
+#: the metrics read each tick (or each SLOW_READ_INTERVAL_S) that are said once when they had a
+#: value at open and come as "N/A" later (XGMI and process rates are None between readings by
+#: nature, so they are not among them)
+_WATCHED_METRICS = (*_METRIC_FIELDS, "mem_used_bytes", "power_limit_w", "ecc_corrected_errors",
+                    "ecc_uncorrected_errors")
+#: the power cap and the ECC counts change rarely: read at most this often (seconds)
+SLOW_READ_INTERVAL_S = 1.0
+
+
+def _garbage(what: str, raw: Any) -> str:
+    """The reason for a metric that is None because amdsmi gave ``raw``, which is no reading."""
+    return f"amdsmi gave {what} = {_shown(raw)}, not a plausible reading: the value is None"
 
 
 # ------------------------------------------------------------------------------------------
@@ -170,6 +220,10 @@ class _AmdGpu:
     fw_anchor: tuple[int, float] | None = None  # (host ns, firmware ns)
     xgmi: dict[str, tuple[float, int]] = field(default_factory=dict)
     lost: bool = False
+    #: metric -> why amdsmi's value for it was unusable at open (an unsupported metric's reason)
+    bad: dict[str, str] = field(default_factory=dict)
+    #: metrics whose unusable or missing value while sampling has been said (once each)
+    said: set[str] = field(default_factory=set)
 
 
 class AmdSmiCollector(Collector):
@@ -224,35 +278,33 @@ class AmdSmiCollector(Collector):
     def _open_gpu(self, i: int, h: Any, serial_to_phys: dict[str, int]) -> _AmdGpu:
         api = self.api
         info = DeviceInfo(key=f"gpu{i}", vendor="amd", index=i, warp_size=64)
-        asic = _try(lambda: api.amdsmi_get_gpu_asic_info(h)) or {}
-        name = asic.get("market_name")
-        info.name = name if isinstance(name, str) and name not in ("", "N/A") else None
-        dev_id = asic.get("device_id")
-        if isinstance(dev_id, int):
-            dev_id = f"0x{dev_id:04x}"
-        info.pci_device_id = dev_id.lower() if isinstance(dev_id, str) and dev_id != "N/A" else None
-        cus = _num(asic.get("num_compute_units"))
-        info.num_sms = int(cus) if cus else None
-        target = asic.get("target_graphics_version")
-        target = target if isinstance(target, str) and target != "N/A" else None
+        bad: dict[str, str] = {}
+        asic = _try(lambda: api.amdsmi_get_gpu_asic_info(h))
+        asic = asic if isinstance(asic, dict) else {}  # "N/A" or garbage: no facts, not a crash
+        info.name = _str(asic.get("market_name"))
+        info.pci_device_id = _pci_device_id(asic.get("device_id"))
+        cus = _count(asic.get("num_compute_units"))
+        info.num_sms = cus if cus and cus < 0xFFFF else None
+        target = _str(asic.get("target_graphics_version"))
         info.compute_capability = gfx_to_capability(target)
-        info.pci_bus_id = _str(_try(lambda: api.amdsmi_get_gpu_device_bdf(h)))
+        info.pci_bus_id = _pci_bus_id(_try(lambda: api.amdsmi_get_gpu_device_bdf(h)))
         info.uuid = _str(_try(lambda: api.amdsmi_get_gpu_device_uuid(h)))
         vram_type = getattr(getattr(api, "AmdSmiMemoryType", None), "VRAM", 0)
         total = _try(lambda: api.amdsmi_get_gpu_memory_total(h, vram_type))
-        info.memory_total_bytes = int(total) if isinstance(total, (int, float)) and total > 0 else None
+        info.memory_total_bytes = _bytes(total) or None
+        if info.memory_total_bytes is None and not _absent(total):
+            bad["mem_total_bytes"] = _garbage("the VRAM size", total)
         cpart = _str(_try(lambda: api.amdsmi_get_gpu_compute_partition(h)))
         mpart = _str(_try(lambda: api.amdsmi_get_gpu_memory_partition(h)))
-        serial = asic.get("asic_serial")
-        serial = serial if isinstance(serial, str) and serial not in ("", "N/A") else f"#{i}"
+        serial = _str(asic.get("asic_serial")) or f"#{i}"
         phys = serial_to_phys.setdefault(serial, len(serial_to_phys))
         if cpart and cpart.upper() not in ("SPX", "N/A"):
             info.kind = "partition"
         info.properties.update({"gfx_target": target, "compute_partition": cpart, "memory_partition": mpart,
                                 "physical_gpu": phys, "backend": self.backend})
-        g = _AmdGpu(info=info, handle=h)
-        energy = _try(lambda: api.amdsmi_get_energy_count(h)) or {}
-        res = _num(energy.get("counter_resolution"))
+        g = _AmdGpu(info=info, handle=h, bad=bad)
+        energy = _try(lambda: api.amdsmi_get_energy_count(h))
+        res = _num(energy.get("counter_resolution")) if isinstance(energy, dict) else None
         if res and 0 < res < 1e6:
             g.energy_res_uj = res
         self._probe(g)
@@ -262,14 +314,15 @@ class AmdSmiCollector(Collector):
         api, h, info = self.api, g.handle, g.info
         supported: set[str] = set()
         unsupported: dict[str, str] = {}
+        bad = g.bad
         try:
             gm = api.amdsmi_get_gpu_metrics_info(h)
-            values = self._from_metrics(g, gm, now_ns(), probe=True)
+            values = self._from_metrics(g, gm, now_ns(), probe=True, bad=bad)
             values.pop("_ts", None)
             supported |= {k for k, v in values.items() if v is not None}
             for k, v in values.items():
                 if v is None:
-                    unsupported[k] = "not reported by this GPU (N/A in gpu_metrics)"
+                    unsupported[k] = bad.get(k, _NA_IN_GPU_METRICS)
             info.properties["gpu_metrics_version"] = (
                 f"{gm.get('common_header.format_revision')}.{gm.get('common_header.content_revision')}")
         except Exception as exc:
@@ -280,25 +333,26 @@ class AmdSmiCollector(Collector):
                       "xgmi_nvlink_tx_bytes_per_s", "xgmi_nvlink_rx_bytes_per_s"):
                 unsupported[m] = f"gpu_metrics: {reason}"
         try:
-            supported |= {k for k, v in self._mem(g).items() if v is not None}
+            supported |= {k for k, v in self._mem(g, bad).items() if v is not None}
         except Exception as exc:
             g.mem_usage = False
             unsupported["mem_used_bytes"] = amdsmi_error_reason(exc)
         if info.memory_total_bytes:
             supported.add("mem_total_bytes")
         try:
-            if self._power_cap(g) is not None:
+            if self._power_cap(g, bad) is not None:
                 supported.add("power_limit_w")
         except Exception as exc:
             g.power_cap = False
             unsupported["power_limit_w"] = amdsmi_error_reason(exc)
         try:
-            if self._ecc(g):
-                supported |= {"ecc_corrected_errors", "ecc_uncorrected_errors"}
+            ecc = {m for m, n in self._ecc(g, bad).items() if n is not None}
+            if ecc:
+                supported |= ecc
             else:
                 g.ecc = False
-                unsupported["ecc_corrected_errors"] = unsupported["ecc_uncorrected_errors"] = \
-                    "no ECC counts from amdsmi on this GPU"
+                for m in ("ecc_corrected_errors", "ecc_uncorrected_errors"):
+                    unsupported[m] = bad.get(m, "no ECC counts from amdsmi on this GPU")
         except Exception as exc:
             g.ecc = False
             unsupported["ecc_corrected_errors"] = unsupported["ecc_uncorrected_errors"] = amdsmi_error_reason(exc)
@@ -317,12 +371,20 @@ class AmdSmiCollector(Collector):
         unsupported.setdefault("mem_reserved_bytes", _NO_RESERVED)
         unsupported.setdefault("xid_errors", _NO_XID)
         unsupported.setdefault("last_xid", _NO_XID)
+        for m, reason in bad.items():  # garbage at open says so, rather than "not supported"
+            if m not in supported and m not in unsupported:
+                unsupported[m] = reason
         info.supported = tuple(m for m in GPU_METRIC_NAMES if m in supported)
         info.unsupported = {m: unsupported.get(m, "not supported by this GPU")
                             for m in GPU_METRIC_NAMES if m not in supported}
 
     # -- conversions -------------------------------------------------------------------
-    def _from_metrics(self, g: _AmdGpu, gm: dict[str, Any], read_ns: int, probe: bool = False) -> dict[str, Any]:
+    def _from_metrics(self, g: _AmdGpu, gm: Any, read_ns: int, probe: bool = False,
+                      bad: dict[str, str] | None = None) -> dict[str, Any]:
+        """One gpu_metrics reading as metric values, each checked by range. ``bad`` collects, for
+        each metric that is None although amdsmi gave a value for it, why (the value was garbage)."""
+        if not isinstance(gm, dict):
+            raise ValueError(f"amdsmi_get_gpu_metrics_info gave {_shown(gm)}, not a table of metrics")
         v: dict[str, Any] = {}
         v["gpu_util"] = percent_to_ratio(_num(gm.get("average_gfx_activity")))
         v["mem_util"] = percent_to_ratio(_num(gm.get("average_umc_activity")))
@@ -330,7 +392,7 @@ class AmdSmiCollector(Collector):
         v["power_w"] = avg if avg is not None else cur
         v["power_instant_w"] = cur
         acc = _num(gm.get("energy_accumulator"))
-        v["energy_j"] = acc * g.energy_res_uj * 1e-6 if acc is not None else None
+        v["energy_j"] = _energy_j(acc * g.energy_res_uj * 1e-6) if acc is not None else None
         hot = plausible_celsius(_num(gm.get("temperature_hotspot")))
         v["temp_c"] = hot if hot is not None else plausible_celsius(_num(gm.get("temperature_edge")))
         mem_t = plausible_celsius(_num(gm.get("temperature_mem")))
@@ -346,17 +408,19 @@ class AmdSmiCollector(Collector):
         uclk = _mhz(gm.get("current_uclk"))
         v["mem_clock_mhz"] = uclk if uclk is not None else _mhz(gm.get("average_uclk_frequency"))
         thr = gm.get("indep_throttle_status")
-        if _num(thr) is None:
+        if _count(thr) is None:
             thr = gm.get("throttle_status")
-        t = _num(thr)
-        v["throttle_reasons"] = int(t) if t is not None and t >= 0 else None
+        if isinstance(thr, bool):  # a throttled yes/no flag is a one-bit mask
+            thr = int(thr)
+        v["throttle_reasons"] = _count(thr)
         bw = _num(gm.get("pcie_bandwidth_inst"))  # GB/s
-        v["pcie_bytes_per_s"] = bw * 1e9 if bw is not None and bw >= 0 else None
+        v["pcie_bytes_per_s"] = _bytes_per_s(bw * 1e9) if bw is not None else None
         ts = self._fw_time(g, gm, read_ns)
         for name, key in (("xgmi_nvlink_tx_bytes_per_s", "xgmi_write_data_acc"),
                           ("xgmi_nvlink_rx_bytes_per_s", "xgmi_read_data_acc")):
             acc_kb = _nums(gm.get(key))
-            if not acc_kb:
+            if not acc_kb or min(acc_kb) < 0:  # a negative byte counter is garbage: no rate from it
+                g.xgmi.pop(name, None)
                 v[name] = None
                 continue
             total = sum(acc_kb) * _KIB
@@ -364,9 +428,15 @@ class AmdSmiCollector(Collector):
             g.xgmi[name] = (total, ts)
             rate = None
             if prev is not None and ts > prev[1] and total >= prev[0]:
-                rate = (total - prev[0]) / ((ts - prev[1]) / 1e9)
+                rate = _bytes_per_s((total - prev[0]) / ((ts - prev[1]) / 1e9))
             # at probe time there is no previous reading: the counter exists, so it is supported
             v[name] = 0.0 if probe and rate is None else rate
+        if bad is not None:
+            for metric, fields in _METRIC_FIELDS.items():
+                if v[metric] is None:
+                    given = next((f for f in fields if not _absent(gm.get(f))), None)
+                    if given is not None:
+                        bad[metric] = _garbage(given, gm.get(given))
         v["_ts"] = ts
         return v
 
@@ -387,25 +457,33 @@ class AmdSmiCollector(Collector):
             return read_ns
         return ts
 
-    def _mem(self, g: _AmdGpu) -> dict[str, int | None]:
+    def _mem(self, g: _AmdGpu, bad: dict[str, str] | None = None) -> dict[str, int | None]:
         api = self.api
         vram_type = getattr(getattr(api, "AmdSmiMemoryType", None), "VRAM", 0)
         used = api.amdsmi_get_gpu_memory_usage(g.handle, vram_type)  # bytes
-        return {"mem_used_bytes": int(used) if isinstance(used, (int, float)) and used >= 0 else None}
+        value = _bytes(used)
+        if value is None and bad is not None and not _absent(used):
+            bad["mem_used_bytes"] = _garbage("the VRAM in use", used)
+        return {"mem_used_bytes": value}
 
-    def _ecc(self, g: _AmdGpu) -> dict[str, int]:
+    def _ecc(self, g: _AmdGpu, bad: dict[str, str] | None = None) -> dict[str, int | None]:
         """The total ECC counts (``amdsmi_get_gpu_total_ecc_count``) as metric values."""
-        counts = self.api.amdsmi_get_gpu_total_ecc_count(g.handle) or {}
-        out = {}
+        counts = self.api.amdsmi_get_gpu_total_ecc_count(g.handle)
+        counts = counts if isinstance(counts, dict) else {}
+        out: dict[str, int | None] = {}
         for key, metric in (("correctable_count", "ecc_corrected_errors"), ("uncorrectable_count", "ecc_uncorrected_errors")):
-            n = _num(counts.get(key))
-            if n is not None and 0 <= n < 2**63:
-                out[metric] = int(n)
+            out[metric] = _count(counts.get(key))
+            if out[metric] is None and bad is not None and not _absent(counts.get(key)):
+                bad[metric] = _garbage(f"the ECC {key}", counts.get(key))
         return out
 
-    def _power_cap(self, g: _AmdGpu) -> float | None:
+    def _power_cap(self, g: _AmdGpu, bad: dict[str, str] | None = None) -> float | None:
         cap = self.api.amdsmi_get_power_cap_info(g.handle)
-        return _power_cap_w(cap.get("power_cap"))
+        raw = cap.get("power_cap") if isinstance(cap, dict) else cap
+        watts = _power_cap_w(raw)
+        if watts is None and bad is not None and not _absent(raw):
+            bad["power_limit_w"] = _garbage("the power cap", raw)
+        return watts
 
     # -- sampling ----------------------------------------------------------------------
     def set_pids(self, pids: set[int] | frozenset[int]) -> None:
@@ -437,10 +515,11 @@ class AmdSmiCollector(Collector):
         read_ns = now_ns()
         mono = time.monotonic()
         values: dict[str, Any] = {}
+        bad: dict[str, str] = {}
         ts = read_ns
         if g.metrics_ok:
             try:
-                values = self._from_metrics(g, api.amdsmi_get_gpu_metrics_info(h), read_ns)
+                values = self._from_metrics(g, api.amdsmi_get_gpu_metrics_info(h), read_ns, bad=bad)
                 ts = values.pop("_ts", read_ns)
             except Exception as exc:
                 r = self._failed(g, "gpu_metrics", exc)
@@ -449,7 +528,7 @@ class AmdSmiCollector(Collector):
                 g.metrics_ok = not r
         if g.mem_usage:
             try:
-                values.update(self._mem(g))
+                values.update(self._mem(g, bad))
             except Exception as exc:
                 r = self._failed(g, "mem_used_bytes", exc)
                 if r is None:
@@ -457,16 +536,16 @@ class AmdSmiCollector(Collector):
                 g.mem_usage = not r
         if g.info.memory_total_bytes:
             values["mem_total_bytes"] = g.info.memory_total_bytes
-        if g.power_cap and mono - g.power_cap_last >= 1.0:
+        if g.power_cap and mono - g.power_cap_last >= SLOW_READ_INTERVAL_S:
             g.power_cap_last = mono
             try:
-                values["power_limit_w"] = self._power_cap(g)
+                values["power_limit_w"] = self._power_cap(g, bad)
             except Exception as exc:
                 g.power_cap = not self._failed(g, "power_limit_w", exc)
-        if g.ecc and mono - g.ecc_last >= 1.0:
+        if g.ecc and mono - g.ecc_last >= SLOW_READ_INTERVAL_S:
             g.ecc_last = mono
             try:
-                values.update(self._ecc(g))
+                values.update(self._ecc(g, bad))
             except Exception as exc:
                 g.ecc = not self._failed(g, "ecc_corrected_errors", exc)
         procs: tuple[ProcessSample, ...] = ()
@@ -477,11 +556,25 @@ class AmdSmiCollector(Collector):
                 procs = self._processes(g, plist, int(ts))
                 mems = [p.gpu_mem_bytes for p in procs if p.gpu_mem_bytes is not None]
                 utils = [p.gpu_util for p in procs if p.gpu_util is not None]
-                values["proc_gpu_mem_bytes"] = sum(mems) if mems else (0 if not procs else None)
+                mem = sum(mems) if mems else (0 if not procs else None)
+                values["proc_gpu_mem_bytes"] = mem if mem is None or mem <= MAX_BYTES else None
                 values["proc_gpu_util"] = min(sum(utils), 1.0) if utils else (0.0 if not procs else None)
             except Exception as exc:
                 g.procs = not self._failed(g, "processes", exc)
+        self._say_missing(g, values, bad)
         return Sample(key, int(ts), values, processes=procs)
+
+    def _say_missing(self, g: _AmdGpu, values: dict[str, Any], bad: dict[str, str]) -> None:
+        """Once per metric: a value amdsmi gave that was garbage (so the row holds None), or a
+        metric that had a value at open and now comes as "N/A" or a sentinel."""
+        for metric, reason in bad.items():
+            if metric not in g.said:
+                g.said.add(metric)
+                self._degrade(g.info.key, metric, reason)
+        for metric in _WATCHED_METRICS:
+            if metric in values and values[metric] is None and metric in g.info.supported and metric not in g.said:
+                g.said.add(metric)
+                self._degrade(g.info.key, metric, "amdsmi stopped reporting it (N/A) after it had a value at open")
 
     def _processes(self, g: _AmdGpu, plist: list[Any], read_ns: int) -> tuple[ProcessSample, ...]:
         # read_ns: the reading's time (firmware-stamped where possible), for engine-time rates
@@ -491,23 +584,23 @@ class AmdSmiCollector(Collector):
             if not isinstance(p, dict):
                 continue
             pid = p.get("pid")
-            if not isinstance(pid, int) or pid not in self._pids:
+            if isinstance(pid, bool) or not isinstance(pid, int) or pid not in self._pids:
                 continue
             mu = p.get("memory_usage") or {}
-            vram = _num(mu.get("vram_mem")) if isinstance(mu, dict) else None
+            vram = _bytes(mu.get("vram_mem")) if isinstance(mu, dict) else None
             if vram is None:
-                vram = _num(p.get("mem"))
+                vram = _bytes(p.get("mem"))
             eu = p.get("engine_usage") or {}
             gfx_ns = _num(eu.get("gfx")) if isinstance(eu, dict) else None
             util = None
-            if gfx_ns is not None:
+            if gfx_ns is not None and gfx_ns >= 0:
                 seen[pid] = (int(gfx_ns), read_ns)
                 prev = g.proc_gfx_ns.get(pid)
                 # engine_usage is cumulative engine time in ns: the rate is the utilisation
                 if prev is not None and read_ns > prev[1] and gfx_ns >= prev[0]:
                     util = min((gfx_ns - prev[0]) / (read_ns - prev[1]), 1.0)
             name = p.get("name")
-            out.append(ProcessSample(pid=pid, gpu_mem_bytes=int(vram) if vram is not None else None, gpu_util=util,
+            out.append(ProcessSample(pid=pid, gpu_mem_bytes=vram, gpu_util=util,
                                      name=name if isinstance(name, str) and name != "N/A" else None))
         g.proc_gfx_ns = seen
         return tuple(out)

@@ -10,16 +10,34 @@ from __future__ import annotations
 
 import contextlib
 import glob
+import os
 import re
 import shutil
+import signal
 import subprocess
 import threading
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from .amd_cli_output import failure_reason, has_json_document, split_json_output
-from .amd_values import _KIB, _MIB, _NO_RESERVED, _NO_XID, _mhz, _num, _str, _watts, gfx_to_capability
+from .amd_cli_output import failure_reason, has_json_document, one_line, split_json_output
+from .amd_values import (
+    _KIB,
+    _MIB,
+    _NO_RESERVED,
+    _NO_XID,
+    _bytes,
+    _bytes_per_s,
+    _count,
+    _energy_j,
+    _mhz,
+    _num,
+    _pci_bus_id,
+    _pci_device_id,
+    _str,
+    _watts,
+    gfx_to_capability,
+)
 from .base import (
     GPU_METRIC_NAMES,
     Collector,
@@ -51,19 +69,26 @@ _UNIT_SCALE: dict[str, float] = {
 }
 
 
-def _with_unit(v: Any, expect: set[str]) -> float | None:
-    """A value of amd-smi JSON in a canonical unit: ``{"value": 3, "unit": "W"}``, a bare
-    number (taken as the canonical unit), or ``"N/A"`` (None). Units outside ``expect`` -> None."""
-    if isinstance(v, dict) and "value" in v:
-        unit = str(v.get("unit") or "")
-        x = _num(v.get("value"))
-        if x is None:
+_PERCENT = {"%": 1.0}
+_CELSIUS = {"C": 1.0, "°C": 1.0}  # the value may still be in m°C: plausible_celsius sorts that out
+_ENERGY = {u: _UNIT_SCALE[u] for u in ("J", "mJ", "uJ", "µJ", "kJ")}
+_POWER = {u: _UNIT_SCALE[u] for u in ("W", "mW", "uW", "µW")}
+_CLOCK = {u: _UNIT_SCALE[u] for u in ("MHz", "GHz", "KHz", "kHz", "Hz")}
+_MEM = {u: _UNIT_SCALE[u] for u in ("B", "KB", "MB", "GB", "KiB", "MiB", "GiB")}
+_RATE = {u: _UNIT_SCALE[u] for u in ("B/s", "KB/s", "MB/s", "GB/s", "Mb/s", "Gb/s")}
+
+
+def _with_unit(v: Any, units: dict[str, float]) -> float | None:
+    """A value of amd-smi JSON in its canonical unit: ``{"value": 3, "unit": "W"}`` scaled by
+    ``units[unit]``, or a bare number (amd-smi before ROCm 6.1 printed no units: it is in the
+    canonical unit). None for "N/A", for a unit not in ``units`` (a percentage where watts belong,
+    a missing or empty unit: the scale is unknown), and for a value that is itself an object."""
+    if isinstance(v, dict):
+        raw, unit = v.get("value"), v.get("unit")
+        if isinstance(raw, (dict, list)) or not isinstance(unit, str) or unit not in units:
             return None
-        if unit in ("%", "C", "") or unit in expect and unit not in _UNIT_SCALE:
-            return x
-        if unit not in expect:
-            return None
-        return x * _UNIT_SCALE[unit]
+        x = _num(raw)
+        return x * units[unit] if x is not None else None
     return _num(v)
 
 
@@ -75,13 +100,6 @@ def _pick(d: Any, *path: str) -> Any:
     return d
 
 
-_ENERGY = {"J", "mJ", "uJ", "µJ", "kJ"}
-_POWER = {"W", "mW", "uW", "µW"}
-_CLOCK = {"MHz", "GHz", "KHz", "kHz", "Hz"}
-_MEM = {"B", "KB", "MB", "GB", "KiB", "MiB", "GiB"}
-_RATE = {"B/s", "KB/s", "MB/s", "GB/s", "Mb/s", "Gb/s"}
-
-
 def _section(e: Any, key: str) -> dict[str, Any]:
     """``e[key]`` when it is an object; amd-smi prints a whole section as ``"N/A"`` when it has
     nothing in it (``"usage": "N/A"`` on an APU, ROCm/rocm-systems#2720)."""
@@ -89,78 +107,100 @@ def _section(e: Any, key: str) -> dict[str, Any]:
     return v if isinstance(v, dict) else {}
 
 
-def _gpu_entries(doc: Any) -> list[dict[str, Any]]:
-    """Both shapes of amd-smi's JSON: a list of per-GPU objects (ROCm 6.x) or
-    ``{"gpu_data": [...]}`` (ROCm 7.x); a single object is taken as one GPU."""
+#: keys by which an object in amd-smi's JSON is a GPU's entry: its index, or one of the sections
+#: of `metric` and `static` (anything else, such as ``{"value": 0, "unit": "%"}`` or
+#: ``{"error": ...}``, is not a GPU)
+_GPU_ENTRY_KEYS = frozenset({
+    "gpu", "usage", "power", "clock", "temperature", "pcie", "ecc", "ecc_blocks", "fan", "voltage_curve", "overdrive",
+    "mem_overdrive", "perf_level", "xgmi_err", "energy", "mem_usage", "throttle", "asic", "bus", "vbios", "board",
+    "limit", "driver", "ras", "partition", "vram", "cache_info", "numa", "soc_pstate", "xgmi_plpd",
+    "process_isolation",
+})
+#: gpu indices amd-smi prints are small; a negative, a huge or a boolean "gpu" is garbage, and the
+#: entry's position is used instead
+_MAX_GPU_INDEX = 4096
+
+
+def _gpu_entries(doc: Any) -> list[tuple[int, dict[str, Any]]]:
+    """(gpu index, entry) for each GPU in both shapes of amd-smi's JSON: a list of per-GPU objects
+    (ROCm 6.x) or ``{"gpu_data": [...]}`` (ROCm 7.x); a single object is taken as one GPU. An
+    entry is a GPU only with a ``gpu`` key or a known section; its index is its ``gpu`` when that
+    is a sane number, else its position. A second entry for the same index is dropped: which of
+    the two is right cannot be told, and the first was read already."""
     if isinstance(doc, dict) and isinstance(doc.get("gpu_data"), list):
         doc = doc["gpu_data"]
     if isinstance(doc, dict):
         doc = [doc]
     if not isinstance(doc, list):
         raise ValueError(f"unexpected amd-smi JSON ({type(doc).__name__} at top level)")
-    return [e for e in doc if isinstance(e, dict)]
+    out: list[tuple[int, dict[str, Any]]] = []
+    seen: set[int] = set()
+    for pos, e in enumerate(doc):
+        if not isinstance(e, dict) or not _GPU_ENTRY_KEYS.intersection(e):
+            continue
+        idx = e.get("gpu")
+        if isinstance(idx, bool) or not isinstance(idx, int) or not 0 <= idx < _MAX_GPU_INDEX:
+            idx = pos
+        if idx not in seen:
+            seen.add(idx)
+            out.append((idx, e))
+    return out
 
 
 def parse_amd_smi_metric(doc: Any) -> dict[int, dict[str, float | int | None]]:
-    """``amd-smi metric --json`` (either shape) -> {gpu index: metric values}."""
+    """``amd-smi metric --json`` (either shape) -> {gpu index: metric values}. Each value is
+    checked by its unit and range: what is not a plausible reading is None, never a number."""
     out: dict[int, dict[str, float | int | None]] = {}
-    for pos, e in enumerate(_gpu_entries(doc)):
-        idx = e.get("gpu")
-        idx = idx if isinstance(idx, int) else pos
+    for idx, e in _gpu_entries(doc):
         v: dict[str, float | int | None] = {}
         usage = _section(e, "usage")
-        v["gpu_util"] = percent_to_ratio(_with_unit(_pick(usage, "gfx_activity"), set()))
-        v["mem_util"] = percent_to_ratio(_with_unit(_pick(usage, "umc_activity"), set()))
+        v["gpu_util"] = percent_to_ratio(_with_unit(_pick(usage, "gfx_activity"), _PERCENT))
+        v["mem_util"] = percent_to_ratio(_with_unit(_pick(usage, "umc_activity"), _PERCENT))
         power = _section(e, "power")
         p = _with_unit(power.get("socket_power"), _POWER)
         if p is None:
             p = _with_unit(power.get("average_socket_power"), _POWER)
         v["power_w"] = _watts(p)
         v["power_instant_w"] = _watts(_with_unit(power.get("current_socket_power"), _POWER))
-        en = _with_unit(_pick(e, "energy", "total_energy_consumption"), _ENERGY)
-        v["energy_j"] = en if en is not None and en >= 0 else None
+        v["energy_j"] = _energy_j(_with_unit(_pick(e, "energy", "total_energy_consumption"), _ENERGY))
         temp = _section(e, "temperature")
-        hot = plausible_celsius(_with_unit(temp.get("hotspot"), set()))
-        v["temp_c"] = hot if hot is not None else plausible_celsius(_with_unit(temp.get("edge"), set()))
-        v["mem_temp_c"] = plausible_celsius(_with_unit(temp.get("mem"), set()))
+        hot = plausible_celsius(_with_unit(temp.get("hotspot"), _CELSIUS))
+        v["temp_c"] = hot if hot is not None else plausible_celsius(_with_unit(temp.get("edge"), _CELSIUS))
+        v["mem_temp_c"] = plausible_celsius(_with_unit(temp.get("mem"), _CELSIUS))
         clock = _section(e, "clock")
         v["sm_clock_mhz"] = _mhz(_with_unit(_pick(clock, "gfx_0", "clk"), _CLOCK))
         v["mem_clock_mhz"] = _mhz(_with_unit(_pick(clock, "mem_0", "clk"), _CLOCK))
         mem = _section(e, "mem_usage")
-        used = _with_unit(mem.get("used_vram"), _MEM)
-        total = _with_unit(mem.get("total_vram"), _MEM)
-        v["mem_used_bytes"] = int(used) if used is not None and used >= 0 else None
-        v["mem_total_bytes"] = int(total) if total is not None and total > 0 else None
+        v["mem_used_bytes"] = _bytes(_with_unit(mem.get("used_vram"), _MEM))
+        total = _bytes(_with_unit(mem.get("total_vram"), _MEM))
+        v["mem_total_bytes"] = total if total else None
         ecc = _section(e, "ecc")
-        for key, metric in (("total_correctable_count", "ecc_corrected_errors"),
-                            ("total_uncorrectable_count", "ecc_uncorrected_errors")):
-            n = _num(ecc.get(key))
-            v[metric] = int(n) if n is not None and 0 <= n < 2**63 else None
-        bw = _with_unit(_pick(e, "pcie", "bandwidth"), _RATE)
-        v["pcie_bytes_per_s"] = bw if bw is not None and bw >= 0 else None
+        v["ecc_corrected_errors"] = _count(ecc.get("total_correctable_count"))
+        v["ecc_uncorrected_errors"] = _count(ecc.get("total_uncorrectable_count"))
+        v["pcie_bytes_per_s"] = _bytes_per_s(_with_unit(_pick(e, "pcie", "bandwidth"), _RATE))
         ts = _num(e.get("timestamp"))  # watch mode: epoch seconds
-        v["_ts"] = int(ts * 1e9) if ts is not None and ts > 1e9 else None
+        # after 2001 and before 2286: anything else is no clock (and 1e300 s would overflow)
+        v["_ts"] = int(ts * 1e9) if ts is not None and 1e9 < ts < 1e10 else None
         out[idx] = v
     return out
 
 
 def parse_amd_smi_static(doc: Any) -> dict[int, dict[str, Any]]:
-    """``amd-smi static --json`` (either shape) -> {gpu index: device facts}."""
+    """``amd-smi static --json`` (either shape) -> {gpu index: device facts}; a fact that is not
+    plausible (a negative size, a bus id that is no bus id) is None."""
     out: dict[int, dict[str, Any]] = {}
-    for pos, e in enumerate(_gpu_entries(doc)):
-        idx = e.get("gpu")
-        idx = idx if isinstance(idx, int) else pos
+    for idx, e in _gpu_entries(doc):
         asic = _section(e, "asic")
-        vram = _with_unit(_pick(e, "vram", "size"), _MEM)
+        vram = _bytes(_with_unit(_pick(e, "vram", "size"), _MEM))
         part = _section(e, "partition")
-        dev_id = _str(asic.get("device_id"))
+        cus = _count(asic.get("num_compute_units"))
         out[idx] = {
             "name": _str(asic.get("market_name")),
-            "pci_device_id": dev_id.lower() if dev_id else None,
-            "num_sms": int(_num(asic.get("num_compute_units")) or 0) or None,
+            "pci_device_id": _pci_device_id(asic.get("device_id")),
+            "num_sms": cus if cus and cus < 0xFFFF else None,
             "gfx_target": _str(asic.get("target_graphics_version")),
-            "pci_bus_id": _str(_pick(e, "bus", "bdf")),
-            "memory_total_bytes": int(vram) if vram else None,
+            "pci_bus_id": _pci_bus_id(_pick(e, "bus", "bdf")),
+            "memory_total_bytes": vram if vram else None,
             "compute_partition": _str(part.get("compute_partition")),
             "memory_partition": _str(part.get("memory_partition")),
         }
@@ -171,19 +211,119 @@ class AmdSmiFailed(RuntimeError):
     """``amd-smi`` exited non-zero, or printed no JSON; the message is the line that says why."""
 
 
-def _default_runner(exe: str) -> Callable[[Sequence[str]], str]:
-    def run(args: Sequence[str]) -> str:
-        p = subprocess.run([exe, *args], capture_output=True, text=True, timeout=30)
-        if p.returncode != 0:
-            raise AmdSmiFailed(f"amd-smi {' '.join(args)} exited {p.returncode}: {failure_reason(p.stderr, p.stdout)}")
-        if not has_json_document(p.stdout):
+class AmdSmiTimeout(AmdSmiFailed):
+    """``amd-smi`` did not answer in time (it was killed, or its call given up)."""
+
+
+#: How long :meth:`AmdSmiCliCollector.open` waits for amd-smi, its ``metric`` and ``static`` calls
+#: together. amd-smi answers in well under a second; ``gpuscope run`` starts the user's program
+#: only once the collectors are open, so a hung amd-smi (a wedged driver, a GPU in reset) must not
+#: hold it back longer than this.
+OPEN_TIMEOUT_S = 10.0
+#: How long one background ``amd-smi metric --json`` may take before it is killed and the readings
+#: are reported missing. Nothing waits on it but the next row, so it may be longer than at open;
+#: bounded, so that a hung amd-smi is said and retried rather than waited on for ever.
+READ_TIMEOUT_S = 20.0
+#: How long :meth:`AmdSmiCliCollector.close` waits for its helper thread. The thread gives up on
+#: a hanging call as soon as it is told to stop, so this is a backstop, not a delay.
+CLOSE_WAIT_S = 2.0
+#: How often a thread waiting on amd-smi looks whether the collector is closing.
+_POLL_S = 0.05
+
+
+def timeout_reason(args: Sequence[str], timeout_s: float) -> str:
+    """The one line said when ``amd-smi ARGS`` did not answer within ``timeout_s`` (the same
+    whether the runner killed it or the collector gave up waiting, so that it is said once)."""
+    return f"amd-smi {' '.join(args)} did not answer within {timeout_s:.3g} s (hung?)"
+
+
+class AmdSmiRunner:
+    """Runs the ``amd-smi`` executable: ``runner(args, timeout_s=...) -> stdout``.
+
+    Each call runs in its own process group, killed as a whole at ``timeout_s`` or on
+    :meth:`cancel` (amd-smi is a Python program; a wrapper script around it would leave it behind
+    if only the direct child were killed). Output is decoded as UTF-8 with undecodable bytes
+    replaced: one odd byte in a device name must not make every reading fail."""
+
+    #: tells :class:`AmdSmiCliCollector` to pass its timeout in (a test's runner takes ``args`` only)
+    accepts_timeout = True
+
+    def __init__(self, exe: str) -> None:
+        self.exe = exe
+        self._running: set[subprocess.Popen[bytes]] = set()
+        self._lock = threading.Lock()
+
+    def __call__(self, args: Sequence[str], timeout_s: float | None = None) -> str:
+        timeout_s = READ_TIMEOUT_S if timeout_s is None else timeout_s
+        cmd = " ".join(args)
+        try:
+            proc = subprocess.Popen([self.exe, *args], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                    stderr=subprocess.PIPE, start_new_session=True)
+        except OSError as exc:
+            raise AmdSmiFailed(f"amd-smi {cmd} could not start: {exc}") from None
+        with self._lock:
+            self._running.add(proc)
+        try:
+            out_b, err_b = proc.communicate(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            self._kill(proc)
+            # reap it; its output is not read again (a child it left may hold the pipes open)
+            with contextlib.suppress(Exception):
+                proc.wait(timeout=1.0)
+            for pipe in (proc.stdout, proc.stderr):
+                with contextlib.suppress(Exception):
+                    pipe.close()  # type: ignore[union-attr]
+            raise AmdSmiTimeout(timeout_reason(args, timeout_s)) from None
+        finally:
+            with self._lock:
+                self._running.discard(proc)
+        out = out_b.decode("utf-8", "replace")
+        err = err_b.decode("utf-8", "replace")
+        if proc.returncode < 0:
+            try:
+                sig = signal.Signals(-proc.returncode).name
+            except ValueError:
+                sig = f"signal {-proc.returncode}"
+            raise AmdSmiFailed(f"amd-smi {cmd} was killed by {sig}")
+        if proc.returncode != 0:
+            raise AmdSmiFailed(f"amd-smi {cmd} exited {proc.returncode}: {failure_reason(err, out)}")
+        if not has_json_document(out):
             # amd-smi without a driver may log its errors and still print its version line
             # (ROCm/amdsmi#172): that line is not the reason
-            raise AmdSmiFailed(f"amd-smi {' '.join(args)} printed no JSON: {failure_reason(p.stderr, p.stdout)}")
-        return p.stdout
-    return run
+            raise AmdSmiFailed(f"amd-smi {cmd} printed no JSON: {failure_reason(err, out)}")
+        return out
+
+    def cancel(self) -> None:
+        """Kill every amd-smi this runner is waiting on (the collector is closing)."""
+        with self._lock:
+            running = list(self._running)
+        for proc in running:
+            self._kill(proc)
+
+    @staticmethod
+    def _kill(proc: subprocess.Popen[bytes]) -> None:
+        # returncode is None until the process is reaped, so its pid (its group's id) is not yet
+        # anyone else's
+        if proc.returncode is not None:
+            return
+        with contextlib.suppress(OSError):
+            if hasattr(os, "killpg"):
+                os.killpg(proc.pid, signal.SIGKILL)
+            else:  # pragma: no cover - amd-smi runs on Linux
+                proc.kill()
 
 
+def _default_runner(exe: str) -> AmdSmiRunner:
+    return AmdSmiRunner(exe)
+
+
+class _Closing(Exception):
+    """The collector closed while a call to amd-smi was under way."""
+
+
+#: the most lines amd-smi printed around its JSON that are kept as notes (a permission banner has
+#: one per GPU device node; garbage after the JSON would otherwise add a note per line, per call)
+MAX_NOTES = 40
 #: amd-smi timestamps (watch mode, epoch seconds) further than this from the host clock are not used.
 CLI_TS_MAX_SKEW_NS = 5_000_000_000
 #: what amd-smi prints when the user cannot open the GPU device nodes (render/video groups):
@@ -206,7 +346,14 @@ class AmdSmiCliCollector(Collector):
 
     ``runner(args) -> stdout`` runs amd-smi (tests pass one that returns recorded output).
     With ``threaded`` (the default) a helper thread runs it back to back and :meth:`sample`
-    returns a row per GPU only when a new reading has arrived since the last call."""
+    returns a row per GPU only when a new reading has arrived since the last call.
+
+    amd-smi can hang. Each call runs in a daemon thread of its own and is given up after
+    :data:`OPEN_TIMEOUT_S` (at open, for ``metric`` and ``static`` together) or
+    :data:`READ_TIMEOUT_S` (afterwards); the default runner also kills the process then. A hang
+    after open is reported once as a degradation; the devices stay, and rows come again when
+    amd-smi answers again. Only one call is under way at a time: after a hang the next one waits
+    for the hung one to end rather than start a second amd-smi beside it."""
 
     source = "amd"
     min_interval_s = 0.5
@@ -223,17 +370,80 @@ class AmdSmiCliCollector(Collector):
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._index_to_key: dict[int, str] = {}
-        self._error: str | None = None
+        # the call to amd-smi under way (or hung): its thread and the event it sets when done
+        self._call_thread: threading.Thread | None = None
+        self._call_done = threading.Event()
+        self._call_done.set()
+        self._call_started_ns = 0
+        # degradations come from the helper thread and are taken by the sampler's
+        self._degrade_lock = threading.Lock()
         #: lines amd-smi printed around its JSON (warnings such as missing render/video groups)
         self.notes: list[str] = []
         self._last_ts: dict[str, int] = {}  # device -> its last row's ts_ns
         self._host_clock: set[str] = set()  # devices whose amd-smi timestamps failed the check once
 
-    def _metric(self) -> dict[int, dict[str, Any]]:
+    def _degrade(self, device: str | None, metric: str | None, reason: str, phase: str = "sample") -> bool:
+        with self._degrade_lock:
+            return super()._degrade(device, metric, reason, phase)
+
+    def take_degradations(self) -> list[Any]:
+        with self._degrade_lock:
+            return super().take_degradations()
+
+    # -- calling amd-smi ---------------------------------------------------------------------
+    def _call(self, args: list[str], timeout_s: float) -> str:
+        """What ``amd-smi ARGS`` printed; :class:`AmdSmiTimeout` when it takes longer than
+        ``timeout_s``, :class:`_Closing` when the collector closes meanwhile.
+
+        The runner runs in a daemon thread, so that one that never returns (a hung amd-smi, a
+        test's blocked fake) costs this wait and nothing more: the thread is left behind, never
+        joined. A call that hung before is first waited for, up to ``timeout_s`` too, so that
+        there is never more than one amd-smi at a time. :attr:`_call_started_ns` is when the
+        runner was called (what the reading is stamped with)."""
+        if not self._wait(self._call_done, timeout_s):
+            raise AmdSmiTimeout(timeout_reason(args, timeout_s))
         assert self.runner is not None
-        doc, notes = split_json_output(self.runner(["metric", "--json"]))
+        runner = self.runner
+        box: dict[str, Any] = {}
+        done = threading.Event()
+        self._call_started_ns = now_ns()
+
+        def call() -> None:
+            try:
+                if getattr(runner, "accepts_timeout", False):
+                    box["out"] = runner(args, timeout_s=timeout_s)  # type: ignore[call-arg]
+                else:
+                    box["out"] = runner(args)
+            except BaseException as exc:  # handed to the waiting thread
+                box["exc"] = exc
+            finally:
+                done.set()
+
+        self._call_done = done
+        self._call_thread = threading.Thread(target=call, name="gpuscope-amd-smi-call", daemon=True)
+        self._call_thread.start()
+        if not self._wait(done, timeout_s):
+            raise AmdSmiTimeout(timeout_reason(args, timeout_s))
+        if "exc" in box:
+            raise box["exc"]
+        return box["out"]
+
+    def _wait(self, done: threading.Event, timeout_s: float) -> bool:
+        """Wait for ``done`` up to ``timeout_s``; raises :class:`_Closing` as soon as the
+        collector closes, so that close() never waits on amd-smi."""
+        deadline = time.monotonic() + timeout_s
+        while not done.wait(max(0.0, min(_POLL_S, deadline - time.monotonic()))):
+            if self._stop.is_set():
+                raise _Closing()
+            if time.monotonic() >= deadline:
+                return False
+        return True
+
+    def _metric(self, timeout_s: float) -> dict[int, dict[str, Any]]:
+        doc, notes = split_json_output(self._call(["metric", "--json"], timeout_s))
         for note in notes:
-            if note not in self.notes:
+            # a document followed by garbage would make every line a note: keep the first few
+            if note not in self.notes and len(self.notes) < MAX_NOTES:
                 self.notes.append(note)
                 self._degrade(None, None, f"amd-smi says: {note}")
         return parse_amd_smi_metric(doc)
@@ -244,17 +454,28 @@ class AmdSmiCliCollector(Collector):
             if exe is None:
                 raise CollectorUnavailable("amd", "amd-smi CLI not found")
             self.runner = _default_runner(exe)
+        deadline = time.monotonic() + OPEN_TIMEOUT_S
         try:
-            first = self._metric()
+            first = self._metric(OPEN_TIMEOUT_S)
         except AmdSmiFailed as exc:
-            raise CollectorUnavailable("amd", str(exc)) from None
+            raise CollectorUnavailable("amd", one_line(str(exc))) from None
         except Exception as exc:
-            raise CollectorUnavailable("amd", f"amd-smi metric --json failed ({type(exc).__name__}: {exc})") from None
+            reason = f"amd-smi metric --json failed ({type(exc).__name__}: {exc})"
+            raise CollectorUnavailable("amd", one_line(reason)) from None
         if not first:
             raise CollectorUnavailable("amd", "amd-smi found no AMD GPU")
         static: dict[int, dict[str, Any]] = {}
-        with contextlib.suppress(Exception):
-            static = parse_amd_smi_static(split_json_output(self.runner(["static", "--json"]))[0])
+        try:
+            # what is left of the open's time: a hang here must not hold `gpuscope run` longer
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise AmdSmiTimeout(timeout_reason(["static", "--json"], 0))
+            static = parse_amd_smi_static(split_json_output(self._call(["static", "--json"], left))[0])
+        except AmdSmiFailed as exc:
+            self._degrade(None, None, one_line(f"{exc}: GPU names, PCI ids and sizes unknown"), phase="probe")
+        except Exception as exc:  # the names are nice to have; the metrics came
+            self._degrade(None, None, one_line(f"amd-smi static --json unreadable ({type(exc).__name__}: {exc}): "
+                                               "GPU names, PCI ids and sizes unknown"), phase="probe")
         devices = []
         for idx in sorted(first):
             st = static.get(idx, {})
@@ -298,17 +519,23 @@ class AmdSmiCliCollector(Collector):
 
     def _read(self) -> None:
         assert self.runner is not None
-        t0 = now_ns()
         try:
-            parsed = self._metric()
+            parsed = self._metric(READ_TIMEOUT_S)
+        except _Closing:
+            return
+        except AmdSmiTimeout as exc:
+            if not self._stop.is_set():  # not the kill of close()
+                self._degrade(None, None, one_line(f"{exc}: no readings until it answers again"))
+            return
         except AmdSmiFailed as exc:
-            self._degrade(None, None, str(exc))
+            if not self._stop.is_set():
+                self._degrade(None, None, one_line(str(exc)))
             return
         except Exception as exc:
-            self._degrade(None, None, f"amd-smi metric --json failed ({type(exc).__name__}: {exc})")
+            self._degrade(None, None, one_line(f"amd-smi metric --json failed ({type(exc).__name__}: {exc})"))
             return
         with self._lock:
-            self._latest = (t0, parsed)
+            self._latest = (self._call_started_ns, parsed)
 
     def _loop(self) -> None:
         while not self._stop.is_set():
@@ -359,7 +586,13 @@ class AmdSmiCliCollector(Collector):
         return ts
 
     def _close(self) -> None:
+        # tell the helper thread to stop and kill an amd-smi still running; a runner that cannot
+        # be stopped (a hung call) is left to its daemon thread, never joined
         self._stop.set()
+        cancel = getattr(self.runner, "cancel", None)
+        if callable(cancel):
+            with contextlib.suppress(Exception):
+                cancel()
         if self._thread is not None:
-            self._thread.join(timeout=5)
+            self._thread.join(timeout=CLOSE_WAIT_S)
             self._thread = None
