@@ -22,7 +22,8 @@ DESCRIPTION = (
     "OTEL_RESOURCE_ATTRIBUTES, OTEL_SERVICE_NAME and OTEL_METRIC_EXPORT_INTERVAL variables) and "
     "on a Prometheus /metrics endpoint (--prometheus PORT binds 127.0.0.1; name an interface to "
     "bind another, e.g. 0.0.0.0:9464). Runs until SIGTERM or Ctrl-C (or --seconds), then exports "
-    "what it holds and exits 0. docs/otel.md lists every name."
+    "what it holds and exits 0 (1 when samples could not be written to the --db store: its disk full, "
+    "said on stderr at the time). docs/otel.md lists every name."
 )
 NEEDS_DB = False
 REPORTS = False
@@ -155,9 +156,14 @@ def run(args: argparse.Namespace) -> int:
             raise InputError("--retention", f"must be a positive number of days, not {args.retention}")
     if args.db is not None:
         from .. import store
+        from .._db import duckdb
 
         store.check_store_path(args.db)
-        store.connect(args.db, retry_s=5.0).close()  # a store that cannot be opened or made fails here, not later
+        con = store.connect(args.db, retry_s=5.0)  # a store that cannot be opened, made or written fails here, not later
+        try:
+            con.close()
+        except duckdb.Error:  # its checkpoint on a full disk: nothing was written; the sink says so at its first write
+            pass
     listen = parse_listen(args.prometheus) if args.prometheus is not None else None
     protocol = endpoint = None
     export_s = DEFAULT_EXPORT_INTERVAL_S
@@ -241,12 +247,16 @@ def _monitor(args: argparse.Namespace, replay: Any, protocol: str | None, endpoi
     # --per-process: every process the vendor lists on a GPU, seen from here or not
     tree = EveryProcess() if args.per_process else None
     sinks: list[Any] = [state]
+    store_sink = None
     if args.db is not None:
         from ..sinks import StoreSink
 
-        sinks.append(StoreSink(args.db, name=f"monitor {hostname()}", source="monitor", final_status="complete",
+        # A store that refuses writes later (its disk full) never stops the monitor: the sink
+        # holds the samples (bounded), says so once on stderr and retries at every flush.
+        store_sink = StoreSink(args.db, name=f"monitor {hostname()}", source="monitor", final_status="complete",
                                flush_s=max(1.0, args.interval),
-                               retention_s=args.retention * 86400 if args.retention is not None else None))
+                               retention_s=args.retention * 86400 if args.retention is not None else None)
+        sinks.append(store_sink)
     sampler = Sampler(collectors, sinks, interval_s=args.interval, batch_s=min(1.0, args.interval), tree=tree)
     stop = threading.Event()
     previous = {s: signal.signal(s, lambda *_: stop.set()) for s in (signal.SIGTERM, signal.SIGINT)}
@@ -278,7 +288,8 @@ def _monitor(args: argparse.Namespace, replay: Any, protocol: str | None, endpoi
             signal.signal(s, h)
         sampler.stop()
         provider.shutdown(timeout_millis=10_000)  # the readers' last collection and export: what it holds goes out
-    return 0
+    # samples that never reached the store (it said how many and why): a failure while working
+    return 1 if store_sink is not None and store_sink.rows_not_stored else 0
 
 
 def process_namer(proc: str = "/proc") -> tuple[Any, str | None]:

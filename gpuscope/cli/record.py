@@ -7,7 +7,7 @@ from typing import Any
 
 from .common import positive_int
 
-from ..errors import InputError
+from ..errors import GpuscopeError, InputError
 
 HELP = "record telemetry samples to a file (for replay in tests and demos)"
 DESCRIPTION = (
@@ -52,13 +52,20 @@ def run(args: argparse.Namespace) -> int:
     for v in sampler.unavailable:
         print(f"gpuscope record: {v.vendor}: {v.reason}", file=sys.stderr)
     interrupted = False
-    sampler.start()
+    try:
+        sampler.start()
+    except OSError as exc:  # --out cannot be created (a read-only folder or file system): nothing was recorded
+        raise InputError(str(args.out), f"cannot write the recording ({_reason(exc)})") from None
     try:
         sampler.wait(args.seconds)
     except KeyboardInterrupt:
         interrupted = True
     finally:
-        stats = sampler.stop()
+        try:
+            stats = sampler.stop()
+        except OSError as exc:  # the disk filled up while recording: the file lacks its end
+            raise GpuscopeError(f"{args.out}: cannot write the recording ({_reason(exc)}); the file is incomplete, "
+                                "record again where there is room") from None
     gpus = [d for d in sampler.devices if d.kind != "host"]
     doc: dict[str, Any] = {
         "out": str(args.out),
@@ -86,3 +93,9 @@ def run(args: argparse.Namespace) -> int:
         for line in doc["degradations"]:
             print(f"  {line}")
     return 130 if interrupted else 0
+
+
+def _reason(exc: OSError) -> str:
+    from ..store import write_failure_reason  # the store's wording: "no space left on the device"
+
+    return write_failure_reason(exc) or (exc.strerror or str(exc)).lower()

@@ -66,6 +66,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Run the command; returns the child's exit code."""
+    from .. import store
     from ..errors import InputError
     from ..render.run_summary import render_run_summary
     from ..run.wrapper import ProfileConfig, RunOptions, execute
@@ -91,8 +92,13 @@ def run(args: argparse.Namespace) -> int:
         otlp = (check_endpoint(args.otlp) if args.otlp else None, protocol, export_interval_s())
     elif args.otlp_protocol is not None:
         raise InputError("--otlp-protocol", "given without --otlp")
+    db = Path(db_path(args))
+    # A store that cannot be written (a read-only file system, file or folder) is refused before
+    # anything starts, in one line (exit 2): the program was meant to be recorded into it.
+    store.check_store_path(db)
+    store.check_writable(db)
     tty = sys.stderr.isatty() and not args.quiet
-    opts = RunOptions(command=cmd, db=Path(db_path(args)), name=args.name, hz=args.hz, profile=profile,
+    opts = RunOptions(command=cmd, db=db, name=args.name, hz=args.hz, profile=profile,
                       tokens=args.tokens, status_line=tty, analyze=not args.no_analyze,
                       replay=Path(args.replay) if args.replay else None, child_stdout_to_stderr=bool(args.json),
                       otlp=otlp)

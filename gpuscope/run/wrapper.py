@@ -254,12 +254,20 @@ def execute(opts: RunOptions, progress: Any = None) -> RunOutcome:
                       on_degradation=degraded.append)
     sampler.start()
     run_id = int(sink.run_id)  # type: ignore[arg-type]
+    root = _runs_root(opts.db)
     try:
         run_dir = _new_run_dir(_checked_runs_root(opts.db, create=True), f"{run_id}-{name}")
         boot = private_bootstrap(run_dir)
-    except Exception:  # the program never started: the run is closed as failed, not left recording
+    except Exception as exc:  # the program never started: the run is closed as failed, not left recording
         sampler.stop()
-        _finish(opts.db, run_id, "failed", None, time.time_ns())
+        try:
+            _finish(opts.db, run_id, "failed", None, time.time_ns())
+        except GpuscopeError:  # the store's disk is full too: the run reads as incomplete once we are gone
+            pass
+        reason = store.write_failure_reason(exc) if isinstance(exc, OSError) else None
+        if reason is not None:  # the disk beside the store filled up: one line, not an internal error
+            raise GpuscopeError(f"{root}: cannot prepare the run's folder ({reason}); the program was not "
+                                "started") from None
         raise
     started_ns = time.time_ns()
     _update_info(opts.db, run_id, {"owner": {"pid": os.getpid(), "host": store.hostname()},
@@ -315,7 +323,7 @@ def execute(opts: RunOptions, progress: Any = None) -> RunOutcome:
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
-    if opts.analyze:
+    if opts.analyze and outcome.summary.get("store_error") is None:
         outcome.summary.update(_analyze(opts.db, run_id, opts.tokens))
         if opts.replay is None:  # replayed GPUs are not the ones the program ran on
             note = window_missed_gpu_note(opts.profile, outcome.summary)
@@ -393,6 +401,8 @@ def window_missed_gpu_note(profile: ProfileConfig, summary: dict[str, Any]) -> s
 def _store(opts: RunOptions, say: Any, sampler: Any, degraded: list[Any], run_id: int, run_dir: Path, code: int,
            started_ns: int, ended_ns: int, stops: list[tuple[int, int]]) -> RunOutcome:
     """Stop the sampler, ingest the traces, store windows and marks, and close the run."""
+    from .. import store
+
     stats = sampler.stop()
     say(f"child exited with code {code}; storing the run")
     if degraded:
@@ -418,9 +428,20 @@ def _store(opts: RunOptions, say: Any, sampler: Any, degraded: list[Any], run_id
             say(f"could not ingest the traces: {exc}")
     windows = _read_jsonl(run_dir / contract.WINDOWS_FILE)
     marks = _read_jsonl(run_dir / contract.MARKS_FILE)
-    _finish(opts.db, run_id, "complete", code, ended_ns, started_ns, _annotation_rows(run_id, windows, marks))
+    store_error = None
+    try:
+        _finish(opts.db, run_id, "complete", code, ended_ns, started_ns, _annotation_rows(run_id, windows, marks))
+    except GpuscopeError as exc:
+        # The store refused the run's end (its disk full, made read-only): the program ran, and
+        # its exit code is still gpuscope's. The run keeps what was written; it stays
+        # `recording`, which readers show as `incomplete` once this process has exited.
+        reason = store.write_failure_reason(exc)
+        store_error = f"{opts.db}: the run's end could not be stored ({reason}); it shows as incomplete" \
+            if reason else str(exc)
+        print(f"gpuscope run: {store_error}", file=sys.stderr, flush=True)
     events = _read_jsonl(run_dir / contract.EVENTS_FILE)
     summary.update(traces=[str(p) for p in traces], windows=windows, marks=len(marks), ingest_error=ingest_error,
+                   store_error=store_error,
                    interrupted={"signal": signal.Signals(stops[0][0]).name, "ts_ns": stops[0][1]} if stops else None,
                    profiler={"enabled": opts.profile.enabled,
                              "notes": profiler_notes(opts.profile, events, windows, len(traces), started_ns,
@@ -562,15 +583,12 @@ def _read_jsonl(path: Path) -> list[dict[str, Any]]:
 
 @contextmanager
 def _writing(db: Path) -> Iterator[Any]:
-    """One short write transaction on the store (the sampler has flushed and let go of it)."""
+    """One short write transaction on the store (the sampler has flushed and let go of it); a
+    write the store's file system refuses is a one-line error (``store.writing``)."""
     from .. import store
 
-    con = store.connect(db, retry_s=10.0)
-    try:
-        with store.transaction(con):
-            yield con
-    finally:
-        con.close()
+    with store.writing(db, retry_s=10.0) as con:
+        yield con
 
 
 def _update_info(db: Path, run_id: int, extra: dict[str, Any]) -> None:

@@ -6,13 +6,15 @@ attaches the store only for its final transaction; a busy store is retried, then
 """
 from __future__ import annotations
 
+import os
 import re
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, TypeVar
 
-from ..errors import StoreBusyError, StoreError
+from ..errors import GpuscopeError, StoreBusyError, StoreError
 from ..machine import hostname, now_ns  # noqa: F401 - re-exported with the store API
 from .tx import transaction  # noqa: F401 - re-exported with the store API
 from . import schema
@@ -61,6 +63,96 @@ def check_store_path(path: Path | str) -> None:
         raise StoreError(f"{p}: not a gpuscope store (the file is not a DuckDB database)")
 
 
+#: What DuckDB (or the OS) says when a write to the store's file system fails, and the reason as
+#: a user reads it. DuckDB has no error class for these: a failed commit is a
+#: TransactionException, a failed checkpoint an IOException or a FatalException, each quoting the
+#: OS error's text.
+_WRITE_FAILURES = (
+    ("No space left", "no space left on the device"),
+    ("Disk quota exceeded", "disk quota exceeded"),
+    ("Read-only file system", "read-only file system"),
+    ("Permission denied", "permission denied"),
+    ("Operation not permitted", "operation not permitted"),
+    ("Input/output error", "input/output error"),
+)
+#: Reasons that say the store cannot be written as given (exit 2, like any unusable --db); the
+#: others are a failure of the machine while working (exit 1, as ingest on a full disk).
+_UNWRITABLE = {"read-only file system", "permission denied", "operation not permitted"}
+
+
+class StoreWriteError(GpuscopeError):
+    """The store's file system refused a write while working (no space left, quota, I/O error):
+    a failure, not bad input (exit 1). The write was all or nothing, so the store is as it was."""
+
+    def __init__(self, path: Path | str, reason: str) -> None:
+        super().__init__(f"{path}: cannot write to the store ({reason}); the store is as it was")
+        self.path = str(path)
+        self.reason = reason
+
+
+class StoreReadOnlyError(StoreError):
+    """The store cannot be written at all (a read-only file system, file or folder): unusable
+    input for a command that writes (exit 2); commands that only read still work."""
+
+    def __init__(self, path: Path | str, reason: str, *, new: bool = False) -> None:
+        super().__init__(f"{path}: cannot create the store ({reason})" if new
+                         else f"{path}: cannot write to the store ({reason}); the store is as it was")
+        self.path = str(path)
+        self.reason = reason
+
+
+def write_failure_reason(exc: BaseException) -> str | None:
+    """The reason, as a user reads it, when ``exc`` says that the store's file system refused a
+    write ("no space left on the device", "read-only file system", ...); None for any other error."""
+    if isinstance(exc, (StoreWriteError, StoreReadOnlyError)):
+        return exc.reason
+    if isinstance(exc, OSError) and exc.errno is not None:
+        text = os.strerror(exc.errno)
+    else:
+        text = str(exc)
+    for needle, reason in _WRITE_FAILURES:
+        if needle in text:
+            return reason
+    return None
+
+
+def write_error(path: Path | str, exc: BaseException) -> GpuscopeError | None:
+    """The error to raise for ``exc`` when it is a refused write (:func:`write_failure_reason`):
+    :class:`StoreReadOnlyError` or :class:`StoreWriteError`; None for any other error."""
+    reason = write_failure_reason(exc)
+    if reason is None:
+        return None
+    return (StoreReadOnlyError if reason in _UNWRITABLE else StoreWriteError)(path, reason)
+
+
+def check_writable(path: Path | str) -> None:
+    """Raise :class:`StoreReadOnlyError` when the store at ``path`` (or the file to be made there)
+    cannot be written: a read-only file system, a read-only (or immutable) file, or a folder
+    where DuckDB cannot create the store's write-ahead log (``NAME.wal``) beside it. Checked
+    before the first write, because DuckDB finds out only at commit, as an internal error
+    quoting the log file. Asks the kernel (``access``), so root, who may write whatever the
+    mode bits say, is refused only where root cannot write either."""
+    p = Path(path).absolute()
+    folder = p.parent
+    while not folder.exists() and folder != folder.parent:  # made by the first write: ask its first existing ancestor
+        folder = folder.parent
+    targets = ([(p, os.W_OK, "the file is read-only")] if p.exists() else []) + \
+        [(folder, os.W_OK | os.X_OK, "the folder is read-only")]
+    effective = os.access in os.supports_effective_ids
+    for target, mode, reason in targets:
+        if os.access(target, mode, effective_ids=effective):
+            continue
+        try:
+            if os.statvfs(target).f_flag & os.ST_RDONLY:
+                reason = "read-only file system"
+        except OSError:
+            pass
+        if reason == "the folder is read-only":
+            reason = f"the folder {folder} is read-only, and the store writes {p.name}.wal beside it" \
+                if p.exists() else f"the folder {folder} is read-only"
+        raise StoreReadOnlyError(path, reason, new=not p.exists())
+
+
 def _make_room(path: Path) -> None:
     """Make the folder of a store about to be created, and remove an empty file in its place
     (DuckDB refuses to open one; it holds nothing). Failures are a :class:`StoreError`."""
@@ -78,11 +170,13 @@ def open_attached(con: duckdb.DuckDBPyConnection, path: Path | str, alias: str =
     from .._db import duckdb
 
     check_store_path(path)
+    check_writable(path)
     _make_room(Path(path))
     try:
         retry_while_locked(path, retry_s, lambda: con.execute(attach_sql(path, alias)))
     except duckdb.Error as exc:
-        raise StoreError(f"{path}: not a usable gpuscope store: {str(exc).splitlines()[0]}") from None
+        raise write_error(path, exc) or StoreError(
+            f"{path}: not a usable gpuscope store: {str(exc).splitlines()[0]}") from None
 
 
 def _create(path: Path) -> None:
@@ -97,7 +191,8 @@ def _create(path: Path) -> None:
         con.execute("USE memory")
         con.execute("DETACH store")
     except duckdb.Error as exc:
-        raise StoreError(f"{path}: cannot create the store: {str(exc).splitlines()[0]}") from None
+        raise write_error(path, exc) or StoreError(
+            f"{path}: cannot create the store: {str(exc).splitlines()[0]}") from None
     finally:
         con.close()
 
@@ -123,7 +218,8 @@ def retry_while_locked(path: Path | str, retry_s: float, open_store: Callable[[]
                 continue
             if m:
                 raise StoreBusyError(f"{path}: the store is busy (held by {m.group(1)}, pid {m.group(2)})") from None
-            raise StoreError(f"{path}: cannot open the store: {msg.splitlines()[0]}") from None
+            raise write_error(path, exc) or StoreError(
+                f"{path}: cannot open the store: {msg.splitlines()[0]}") from None
 
 
 def connect_for_user_query(path: Path | str, temp_dir: Path | str) -> duckdb.DuckDBPyConnection:
@@ -158,12 +254,15 @@ def connect(path: Path | str, read_only: bool = False, retry_s: float = 2.0) -> 
     check_store_path(path)
     if read_only and not store_exists(path):
         raise StoreError(f"{path}: no store here yet (run `gpuscope ingest` or `gpuscope run` first)")
+    if not read_only:
+        check_writable(path)
     if not read_only and not store_exists(path):
         _create(path)
     try:
         con = retry_while_locked(path, retry_s, lambda: duckdb.connect(str(path), read_only=read_only))
     except duckdb.Error as exc:
-        raise StoreError(f"{path}: not a usable gpuscope store: {str(exc).splitlines()[0]}") from None
+        raise write_error(path, exc) or StoreError(
+            f"{path}: not a usable gpuscope store: {str(exc).splitlines()[0]}") from None
     try:
         if read_only:
             version = schema_version(con)
@@ -182,9 +281,33 @@ def connect(path: Path | str, read_only: bool = False, retry_s: float = 2.0) -> 
             from .runs import recover_stale_runs  # the lifecycle finishes runs whose recorder died
 
             recover_stale_runs(con)
-    except StoreError:
+    except GpuscopeError:
+        con.close()
         raise
     except Exception as exc:
         con.close()
-        raise StoreError(f"{path}: not a usable gpuscope store: {str(exc).splitlines()[0]}") from None
+        # migrating, or finishing a dead recorder's run, on a full disk: say so, not "not usable"
+        raise write_error(path, exc) or StoreError(
+            f"{path}: not a usable gpuscope store: {str(exc).splitlines()[0]}") from None
     return con
+
+
+@contextmanager
+def writing(path: Path | str, retry_s: float = 2.0) -> Iterator[duckdb.DuckDBPyConnection]:
+    """One short write transaction on the store at ``path`` (opened, and closed afterwards). A
+    write the file system refuses (a full disk, a read-only store), at any statement or at the
+    commit, is a :class:`StoreWriteError` or :class:`StoreReadOnlyError` with one line, and the
+    transaction is rolled back: the store is as it was."""
+    from .._db import duckdb
+
+    con = connect(path, retry_s=retry_s)
+    try:
+        with transaction(con):
+            yield con
+    except duckdb.Error as exc:
+        raise write_error(path, exc) or exc from None
+    finally:
+        try:
+            con.close()
+        except duckdb.Error:  # the checkpoint at close failed on a full disk: the commit is in the log
+            pass
