@@ -180,7 +180,10 @@ def test_store_sink_writes_a_run_that_others_can_read_while_it_records(db: Path)
     s, sink, fake = _fake_nvml_sampler(db)
     s.start()
     try:
-        time.sleep(0.6)
+        # the first flush lands about a second in; on a loaded machine later: wait for it
+        end = time.monotonic() + 30
+        while sink.rows_written == 0 and time.monotonic() < end:
+            time.sleep(0.05)
         # another process lists runs while the sampler writes: it gets in between the flushes
         p = subprocess.run([sys.executable, "-m", "gpuscope", "runs", "--json", "--db", str(db)],
                            capture_output=True, text=True, timeout=60)
