@@ -44,6 +44,21 @@ def read_store(db: Path, fn: Callable[[Any], T]) -> T:
         con.close()
 
 
+def store_stamp(db: Path) -> tuple[Any, ...]:
+    """What a writer's commit changes: the inode, size and modification time of the store's file
+    and of its write-ahead log (None where there is none). Two ``stat`` calls, no connection:
+    a screen compares stamps to skip reading a store nobody wrote to."""
+    out: list[Any] = []
+    for path in (db, db.with_name(db.name + ".wal")):
+        try:
+            st = path.stat()
+        except OSError:
+            out.append(None)
+        else:
+            out.append((st.st_ino, st.st_size, st.st_mtime_ns))
+    return tuple(out)
+
+
 def runs(db: Path) -> list[dict[str, Any]]:
     """Every run, newest first (``gpuscope runs --json``'s rows)."""
     from gpuscope.store import read

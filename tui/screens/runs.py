@@ -5,6 +5,8 @@ read-only connection) so that a run another ``gpuscope run`` is still recording 
 goes; only the cells that changed are rewritten. ``/`` filters by typing (name, status, source,
 command), ``s`` cycles the sort column (a click on a header sorts by it, a second click turns
 it round), Enter or a click on the selected row opens the run, ``c`` marks it for compare.
+Filter and sort see every run; the table holds the first ``ROWS_PAGE`` of them and the next
+page when the cursor reaches its last row.
 """
 from __future__ import annotations
 
@@ -27,8 +29,19 @@ from .. import data
 #: How often the table is read again (seconds): often enough to follow a recording run, rarely
 #: enough that the store is almost never held.
 REFRESH_S = 2.0
+#: A refresh skips the read when the store's files are as they were at the last read and no run
+#: is recording (10,000 runs cost ~0.15 s a read, 7 % of a core every 2 s: bench/bench_runs10k.py);
+#: it reads anyway this often (seconds), in case two commits in one tick of the file clock left
+#: the files' sizes as they were.
+FORCE_READ_S = 30.0
 
 HOW_TO_MAKE = "make one with `gpuscope run -- CMD` or `gpuscope ingest TRACE`"
+
+#: Rows the table takes at a time. Textual's DataTable measures every cell of every row it is
+#: given (~0.3 ms a row here): 10,000 runs took seconds to show, to sort and to filter
+#: (bench/bench_runs10k.py); a page is more than anyone scrolls through, the rest is a filter,
+#: a sort or the last row away.
+ROWS_PAGE = 500
 
 
 @dataclass(frozen=True)
@@ -159,6 +172,13 @@ class RunsScreen(Screen[None]):
         self._shown_cells: dict[str, dict[str, Any]] = {}
         self._shown_widths: dict[str, int] = {}
         self._loaded = False
+        #: how many of the visible rows the table holds (pages of ``ROWS_PAGE``)
+        self.row_limit = ROWS_PAGE
+        #: how many rows matched the filter at the last show
+        self._matched = 0
+        #: the store's files when the rows were read, and when (monotonic seconds)
+        self._read_stamp: Any = None
+        self._read_at = 0.0
 
     DEFAULT_CSS = """
     RunsScreen #runs-table { height: 1fr; }
@@ -191,13 +211,20 @@ class RunsScreen(Screen[None]):
     # -- reading ---------------------------------------------------------------------------
 
     def reload(self) -> None:
-        """Read the runs again (in a worker), unless another screen is showing."""
+        """Read the runs again (in a worker), unless another screen is showing or nothing was
+        written to the store since the last read."""
         if self._loaded and not self.is_current:
             return
-        self._read_runs()
+        # taken before the read: a write during the read changes it for the next refresh
+        stamp = data.store_stamp(self.app.db)  # type: ignore[attr-defined]
+        if (self._loaded and stamp == self._read_stamp and not self.store_message
+                and time.monotonic() - self._read_at < FORCE_READ_S
+                and not any(r["status"] == "recording" for r in self.rows)):
+            return
+        self._read_runs(stamp)
 
     @work(thread=True, exclusive=True, group="runs-read")
-    def _read_runs(self) -> None:
+    def _read_runs(self, stamp: Any = None) -> None:
         from gpuscope.errors import StoreError
 
         db = self.app.db  # type: ignore[attr-defined]
@@ -212,11 +239,12 @@ class RunsScreen(Screen[None]):
             message = "store busy, retrying"  # keep the rows we have; the next refresh tries again
         except StoreError as exc:
             message = str(exc)
-        self.app.call_from_thread(self._got_rows, rows, message)
+        self.app.call_from_thread(self._got_rows, rows, message, stamp)
 
-    def _got_rows(self, rows: list[dict[str, Any]] | None, message: str) -> None:
+    def _got_rows(self, rows: list[dict[str, Any]] | None, message: str, stamp: Any = None) -> None:
         if rows is not None:
             self.rows = rows
+            self._read_stamp, self._read_at = stamp, time.monotonic()
         self.store_message = message
         self._loaded = True
         self.show()
@@ -242,7 +270,8 @@ class RunsScreen(Screen[None]):
         width = self.size.width or self.app.size.width
         wide = width >= 120
         now_ns = time.time_ns()
-        rows = self.visible_rows()
+        matched = self.visible_rows()
+        rows = matched[: self.row_limit]
         cells = {str(r["id"]): run_cells(r, marks, wide, now_ns) for r in rows}
         widths = {c.key: max([len(c.header)] + [len(str(cells[k][c.key])) for k in cells]) for c in RUN_COLUMNS}
         widths["mark"] = 1
@@ -258,7 +287,15 @@ class RunsScreen(Screen[None]):
         if name_w is not None and "name" in col_w:
             col_w["name"] = min(col_w["name"], name_w)
         grown = any(col_w[k] > self._shown_widths.get(k, 0) for k in col_keys)
-        if col_keys != self._shown_cols or keys != self._shown_keys or grown:
+        n_old = len(self._shown_keys)
+        # the next page below the same rows: add its rows only (a rebuild measures them all again)
+        appended = (col_keys == self._shown_cols and not grown and len(keys) > n_old > 0
+                    and keys[:n_old] == self._shown_keys)
+        if appended:
+            self._update_cells(table, keys[:n_old], cols, cells)
+            for k in keys[n_old:]:
+                table.add_row(*(cell_text(cells[k][c.key], c.align) for c in cols), key=k)
+        elif col_keys != self._shown_cols or keys != self._shown_keys or grown:
             selected = self.selected_run_id()
             # columns rebuilt with the rows: a column keeps the width of its first fill
             # otherwise, and a narrow first fill (an empty store) would cut later cells
@@ -274,21 +311,28 @@ class RunsScreen(Screen[None]):
             if selected is not None and str(selected) in cells:
                 table.move_cursor(row=keys.index(str(selected)), animate=False)
         else:
-            for k in keys:
-                old = self._shown_cells.get(k, {})
-                for c in cols:
-                    if old.get(c.key) != cells[k][c.key]:
-                        table.update_cell(k, c.key, cell_text(cells[k][c.key], c.align), update_width=True)
+            self._update_cells(table, keys, cols, cells)
         self._shown_cols, self._shown_keys, self._shown_cells = col_keys, keys, cells
-        self._show_status(len(rows), marks)
+        self._matched = len(matched)
+        self._show_status(len(matched), len(rows), marks)
 
-    def _show_status(self, n_shown: int, marks: list[int]) -> None:
+    def _update_cells(self, table: DataTable[Any], keys: list[str], cols: list[Column],
+                      cells: dict[str, dict[str, Any]]) -> None:
+        for k in keys:
+            old = self._shown_cells.get(k, {})
+            for c in cols:
+                if old.get(c.key) != cells[k][c.key]:
+                    table.update_cell(k, c.key, cell_text(cells[k][c.key], c.align), update_width=True)
+
+    def _show_status(self, n_matched: int, n_in_table: int, marks: list[int]) -> None:
         status = self.query_one("#runs-status", Static)
         status.set_class(self.store_message == "store busy, retrying", "busy")
         if self.store_message and (self.store_message != "store busy, retrying" or not self.rows):
             status.update(Text(self.store_message))
             return
-        parts = [f"{n_shown} of {len(self.rows)} runs" if self.filter_text else f"{len(self.rows)} runs"]
+        parts = [f"{n_matched} of {len(self.rows)} runs" if self.filter_text else f"{len(self.rows)} runs"]
+        if n_in_table < n_matched:
+            parts.append(f"first {n_in_table} listed, more from the last row")
         if self.filter_text:
             parts.append(f"filter '{self.filter_text}'")
         parts.append(f"sorted by {self.sort_key or 'newest'}{' (reversed)' if self.sort_reverse else ''}")
@@ -320,6 +364,13 @@ class RunsScreen(Screen[None]):
         if run_id is not None:
             self.app.open_run(run_id)  # type: ignore[attr-defined]
 
+    def on_data_table_row_highlighted(self, event: DataTable.RowHighlighted) -> None:
+        # the cursor on the last row listed (moved there, or put back there on the selected run
+        # after a rebuild): the next page of rows below it
+        if event.cursor_row >= len(self._shown_keys) - 1 and self._matched > len(self._shown_keys):
+            self.row_limit = len(self._shown_keys) + ROWS_PAGE
+            self.show()
+
     def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
         # Enter on the table, or a click on the highlighted row
         event.stop()
@@ -341,6 +392,7 @@ class RunsScreen(Screen[None]):
 
     def on_input_changed(self, event: Input.Changed) -> None:
         self.filter_text = event.value
+        self.row_limit = ROWS_PAGE  # other rows: from their first page
         self.show()
 
     def on_input_submitted(self, event: Input.Submitted) -> None:
@@ -354,6 +406,7 @@ class RunsScreen(Screen[None]):
         box.value = ""
         box.display = False
         self.filter_text = ""
+        self.row_limit = ROWS_PAGE
         self.query_one("#runs-table", DataTable).focus()
         self.show()
 
@@ -362,6 +415,7 @@ class RunsScreen(Screen[None]):
         self.sort_key = SORT_CYCLE[(i + 1) % len(SORT_CYCLE)]
         self.sort_reverse = False
         self._shown_cols = []  # headers carry the sort arrow
+        self.row_limit = ROWS_PAGE
         self.show()
 
     def on_data_table_header_selected(self, event: DataTable.HeaderSelected) -> None:
@@ -373,4 +427,5 @@ class RunsScreen(Screen[None]):
         else:
             self.sort_key, self.sort_reverse = key, False
         self._shown_cols = []
+        self.row_limit = ROWS_PAGE
         self.show()
