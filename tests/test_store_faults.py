@@ -284,6 +284,32 @@ def test_the_sink_holds_at_most_its_bound_and_says_what_it_dropped(small_fs: Pat
     assert row == {"n": 500, "first": 1100 * 1000}
 
 
+def test_a_note_of_missing_samples_goes_in_with_the_runs_end(small_fs: Path) -> None:
+    """The disk stays full through the sink's close: the samples and the note saying so are
+    refused. The note waits in ``missing_note``, and `gpuscope run`'s wrapper writes it in the
+    same transaction as the run's end once there is room: seen on 2026-11-26, a run ended
+    `complete` with samples missing and no note (its end fitted where the note had not)."""
+    from gpuscope.run.wrapper import _finish
+    from gpuscope.sinks.base import SamplerStats
+
+    db = small_fs / "s.duckdb"
+    lines: list[str] = []
+    sink = _sink_on(db, lines, final_status=None, close_retry_s=0.2)
+    t0 = time.time_ns()
+    sink.write(_batch(0, 50, t0))  # stored
+    room = fill(small_fs)
+    sink.write(_batch(50, 200, t0))  # held
+    sink.close(SamplerStats(interval_s=0.1, rows=250))
+    assert sink.rows_not_stored == 200
+    assert sink.missing_note is not None and "200 samples were not stored" in sink.missing_note
+    os.remove(room)
+    _finish(db, sink.run_id, "complete", 0, time.time_ns(), notes=[sink.missing_note])
+    (run,) = query(db, "SELECT status, info FROM runs")
+    assert run["status"] == "complete"
+    notes = json.loads(run["info"])["notes"]
+    assert sum("200 samples were not stored" in n for n in notes) == 1
+
+
 def test_a_commit_whose_checkpoint_fails_is_not_written_twice(small_fs: Path) -> None:
     """Nearly full: the commit fits in the write-ahead log, the checkpoint at DETACH does not.
     Those rows are stored (DuckDB replays the log); found on 2026-11-26: the sink took DETACH's

@@ -429,8 +429,12 @@ def _store(opts: RunOptions, say: Any, sampler: Any, degraded: list[Any], run_id
     windows = _read_jsonl(run_dir / contract.WINDOWS_FILE)
     marks = _read_jsonl(run_dir / contract.MARKS_FILE)
     store_error = None
+    # a note of samples the sink could not store, if it could not store the note either: it goes
+    # in with the run's end (a run must not read complete without saying what it lacks)
+    notes = [n for n in (getattr(sk, "missing_note", None) for sk in sampler.sinks) if n]
     try:
-        _finish(opts.db, run_id, "complete", code, ended_ns, started_ns, _annotation_rows(run_id, windows, marks))
+        _finish(opts.db, run_id, "complete", code, ended_ns, started_ns, _annotation_rows(run_id, windows, marks),
+                notes=notes)
     except GpuscopeError as exc:
         # The store refused the run's end (its disk full, made read-only): the program ran, and
         # its exit code is still gpuscope's. The run keeps what was written; it stays
@@ -599,14 +603,17 @@ def _update_info(db: Path, run_id: int, extra: dict[str, Any]) -> None:
 
 
 def _finish(db: Path, run_id: int, status: str, code: int | None, ended_ns: int, started_ns: int | None = None,
-            annotations: list[tuple[Any, ...]] | None = None) -> None:
-    """Close the run (status, exit code, end) and store its annotations, in one transaction."""
+            annotations: list[tuple[Any, ...]] | None = None, notes: list[str] | None = None) -> None:
+    """Close the run (status, exit code, end) and store its annotations and ``notes`` (appended
+    to the run's info), in one transaction."""
     from ..store.telemetry import insert_annotations
     from ..store import runs
 
     with _writing(db) as con:
         if annotations:
             insert_annotations(con, annotations)
+        if notes:
+            runs.merge_info(con, run_id, {}, append_notes=notes)
         runs.finish(con, run_id, status, ended_ns, exit_code=code, started_ns=started_ns)
 
 

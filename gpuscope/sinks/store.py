@@ -110,6 +110,7 @@ class StoreSink(Sink):
         self._refused_reasons: set[str] = set()
         #: samples that never reached the store (dropped, or still held at close)
         self.rows_not_stored = 0
+        self.missing_note: str | None = None
         #: commits whose checkpoint at detach failed (a full disk): the rows are in the store's
         #: write-ahead log, which DuckDB replays and checkpoints at a later open
         self.checkpoint_failures = 0
@@ -337,13 +338,20 @@ class StoreSink(Sink):
                         "rows_dropped": self.rows_dropped, "rows_not_stored": self.rows_not_stored,
                         "refused_reasons": sorted(self._refused_reasons)})]
 
+        note = None
+        if self.rows_not_stored:
+            why = "before the recording ended" if gave_up else \
+                f"while more waited than the newest {self.max_held_rows} held in memory"
+            note = (f"{self.rows_not_stored} samples were not stored: the store could not be written "
+                    f"({', '.join(sorted(self._refused_reasons))}) {why}")
+        #: the note of what is missing while it is not in the store: whoever ends the run
+        #: (gpuscope run's wrapper) writes it with the run's end, so a run never reads complete
+        #: without it
+        self.missing_note = note
+
         def end_of_run(con: Any) -> None:
-            if self.rows_not_stored:
-                why = "before the recording ended" if gave_up else \
-                    f"while more waited than the newest {self.max_held_rows} held in memory"
-                runs.merge_info(con, self.run_id, {}, append_notes=[
-                    f"{self.rows_not_stored} samples were not stored: the store could not be written "
-                    f"({', '.join(sorted(self._refused_reasons))}) {why}"])
+            if note:
+                runs.merge_info(con, self.run_id, {}, append_notes=[note])
             if self.created_run:
                 if self.final_status is not None:
                     runs.finish(con, self.run_id, self.final_status, st.ended_ns)
@@ -357,6 +365,7 @@ class StoreSink(Sink):
                     with self._attached(retry_s=10.0) as con:
                         telemetry.insert_sampler_stats(con, self.run_id, stats_row)
                         end_of_run(con)
+                    self.missing_note = None
                 else:
                     # On a disk that had no room for the samples: the note of what is missing
                     # and the run's end first, a few hundred bytes that may fit where the
@@ -365,6 +374,7 @@ class StoreSink(Sink):
                     with self._attached(retry_s=10.0) as con:
                         end_of_run(con)
                     ended = True
+                    self.missing_note = None
                     with self._attached(retry_s=10.0) as con:
                         telemetry.insert_sampler_stats(con, self.run_id, stats_row)
         except (StoreError, store.StoreWriteError) as exc:
