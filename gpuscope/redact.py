@@ -49,6 +49,8 @@ option (``mysql -pSECRET``: ``-p`` is a port for most servers).
 
 from __future__ import annotations
 
+import functools
+
 import re
 from collections.abc import Iterable, Sequence
 
@@ -333,8 +335,16 @@ def redact_command(command: str | Sequence[str] | None) -> str | None:
     if command is None:
         return None
     if isinstance(command, str):
-        return _redact_text(_redact_embedded(command)) if command else command
+        return _redact_string_command(command) if command else command
     return " ".join(redact_argv(command))
+
+
+@functools.lru_cache(maxsize=1 << 15)
+def _redact_string_command(command: str) -> str:
+    # Listing 10,000 runs redacts 10,000 commands in the read layer and again in the renderer
+    # (~25 us each: bench/bench_runs10k.py), and the TUI lists them every refresh: a text once
+    # redacted is not redacted again in this process (the result depends on the text alone).
+    return _redact_text(_redact_embedded(command))
 
 
 def redact_environment(names: Iterable[str]) -> list[str]:

@@ -8,7 +8,6 @@ reader) and never writes.
 """
 from __future__ import annotations
 
-import functools
 import json
 from dataclasses import dataclass
 from pathlib import Path
@@ -54,14 +53,6 @@ def resolve_run(con: duckdb.DuckDBPyConnection, ref: str | int | None, db_path: 
 
 
 
-@functools.lru_cache(maxsize=1 << 15)
-def _redacted_command(command: str | None) -> str | None:
-    # Redacting is most of what listing 10,000 runs costs (~25 µs a command, bench/bench_runs10k.py),
-    # and the TUI lists them again every 2 s: a command, once redacted, is not redacted again in
-    # this process (redact_command is a pure function of the text).
-    return redact_command(command)
-
-
 def list_runs(con: duckdb.DuckDBPyConnection) -> list[dict[str, Any]]:
     """Every run, newest first, with the row counts of its samples, kernels and ops."""
     rows = con.execute(
@@ -82,7 +73,7 @@ def list_runs(con: duckdb.DuckDBPyConnection) -> list[dict[str, Any]]:
             "created_ns", "samples", "kernels", "ops", "devices"]
     out = [dict(zip(cols, r)) for r in rows]
     for r in out:
-        r["command"] = _redacted_command(r["command"])
+        r["command"] = redact_command(r["command"])  # cached per text (gpuscope.redact)
     if any(r["status"] == "recording" for r in out):
         stale = set(stale_runs(con))
         for r in out:
