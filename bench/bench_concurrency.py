@@ -53,16 +53,11 @@ def main() -> int:
     ap.add_argument("--seconds", type=float, default=60.0)
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
-    from conftest import cpu_op, kernel, runtime, write_trace
+    from conftest import launch_trace
 
     tmp = Path(tempfile.mkdtemp(prefix="gpuscope-bench-conc-"))
     db = tmp / "s.duckdb"
-    events = []
-    for i in range(3000):
-        t = i * 50.0
-        events += [cpu_op("aten::mm", t, 20.0, ext=i + 1), runtime("cudaLaunchKernel", t + 2, 2.0, corr=i + 1, ext=i + 1),
-                   kernel("k", t + 5, 10.0, corr=i + 1)]
-    trace = write_trace(tmp / "t.json", events)
+    trace = launch_trace(tmp / "t.json")
     monitor = _gs(db, "monitor", "--replay", str(REC), "--interval", "0.1", "--seconds", str(args.seconds + 10))
     time.sleep(2.0)
 

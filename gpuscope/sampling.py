@@ -448,23 +448,19 @@ class Sampler:
             except Exception as exc:  # a collector bug must not stop the others
                 c._degrade(None, None, f"sample() failed: {type(exc).__name__}: {exc}")
                 got = []
+            back = None
             with self._lock:
-                if gen != self._gen:  # this call outlived hang_s and was left behind
-                    since = self._hung.pop(ci, None)
-                    if since is not None:
-                        back = Degradation(c.source, None, None, f"sample() answered again after "
-                                                                 f"{time.monotonic() - since:.1f} s: sampled again")
-                        self._pending_deg.append(back)
-                        self._pids = None  # hand the watched pids to it again at the next tick
-                    else:
-                        back = None
-                else:
+                left_behind = gen != self._gen  # this call outlived hang_s: the schedule went on
+                if not left_behind:
                     self._busy = None
-                    back = None
-            if back is not None:
-                self._report([back])
-                return None
-            if gen != self._gen:
+                elif ci in self._hung:  # it answers again: the current thread samples it from now on
+                    back = Degradation(c.source, None, None, f"sample() answered again after "
+                                       f"{time.monotonic() - self._hung.pop(ci):.1f} s: sampled again")
+                    self._pending_deg.append(back)
+                    self._pids = None  # hand the watched pids to it again at the next tick
+            if left_behind:
+                if back is not None:
+                    self._report([back])  # outside the lock: the callback may print
                 return None
             if self._rename:
                 for s in got:

@@ -5,6 +5,8 @@ import gzip
 import hashlib
 import io
 import json
+import subprocess
+from collections.abc import Iterator
 from contextlib import redirect_stderr, redirect_stdout
 from dataclasses import dataclass
 from pathlib import Path
@@ -118,3 +120,42 @@ def specdb(no_user_specs: None) -> Any:
     from gpuscope.specs import load_specs
 
     return load_specs()
+
+
+@pytest.fixture
+def small_fs(tmp_path: Path) -> Iterator[Path]:
+    """A 3 MiB tmpfs for disk-full tests, unmounted after. Needs to mount (root with
+    CAP_SYS_ADMIN, as in CI); skipped, saying why, elsewhere."""
+    mnt = tmp_path / "small"
+    mnt.mkdir()
+    m = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=3m", "tmpfs", str(mnt)], capture_output=True, text=True)
+    if m.returncode != 0:
+        pytest.skip(f"cannot mount a small tmpfs here ({m.stderr.strip() or 'not permitted'})")
+    try:
+        yield mnt
+    finally:
+        subprocess.run(["umount", "-l", str(mnt)], capture_output=True)
+
+
+def fill(folder: Path) -> Path:
+    """Fill the file system of ``folder`` to the last block; the file to remove for room again."""
+    path = folder / "fill"
+    with open(path, "wb") as f:
+        try:
+            while True:
+                f.write(b"\0" * 65536)
+                f.flush()
+        except OSError:
+            pass
+    return path
+
+
+def launch_trace(path: Path, n: int = 3000) -> Path:
+    """A trace of ``n`` ops, each launching one kernel (op -> launch -> kernel linked by
+    correlation and External id): a small ingest for tests and benches that need many."""
+    events: list[Any] = []
+    for i in range(n):
+        t = i * 50.0
+        events += [cpu_op("aten::mm", t, 20.0, ext=i + 1), runtime("cudaLaunchKernel", t + 2, 2.0, corr=i + 1, ext=i + 1),
+                   kernel("k", t + 5, 10.0, corr=i + 1)]
+    return write_trace(path, events)

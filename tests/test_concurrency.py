@@ -16,7 +16,7 @@ import threading
 import time
 from pathlib import Path
 
-from conftest import REPO, cpu_op, kernel, runtime, write_trace
+from conftest import REPO, launch_trace
 from tmux_harness import Tmux, start_tui
 
 PY = sys.executable
@@ -30,12 +30,7 @@ def _gs(db: Path, *args: str) -> subprocess.Popen:
 
 def test_monitor_runs_ingests_and_readers_share_a_store(tmp_path: Path) -> None:
     db = tmp_path / "s.duckdb"
-    events = []
-    for i in range(3000):
-        t = i * 50.0
-        events += [cpu_op("aten::mm", t, 20.0, ext=i + 1), runtime("cudaLaunchKernel", t + 2, 2.0, corr=i + 1, ext=i + 1),
-                   kernel("k", t + 5, 10.0, corr=i + 1)]
-    trace = write_trace(tmp_path / "t.json", events)
+    trace = launch_trace(tmp_path / "t.json")
     monitor = _gs(db, "monitor", "--replay", str(REC), "--interval", "0.1", "--seconds", "14")
     time.sleep(2.0)
     tui = _RunsScreen(db) if shutil.which("tmux") else None

@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from conftest import file_digest, kernel, run_cli, write_trace
+from conftest import file_digest, fill, kernel, run_cli, write_trace
 
 
 def _foreign(path: Path) -> Path:
@@ -161,39 +161,23 @@ def test_device_properties_of_any_type_are_taken_or_left_out(tmp_path: Path) -> 
     assert row["num_sms"] is None and row["warp_size"] is None and row["compute_capability"] is None
 
 
-def test_a_full_disk_under_the_store_is_one_line_and_the_store_as_it_was(tmp_path: Path) -> None:
+def test_a_full_disk_under_the_store_is_one_line_and_the_store_as_it_was(small_fs: Path, tmp_path: Path) -> None:
     """The store on a 3 MiB tmpfs, filled up: the ingest that cannot write its run says so in
     one line (exit 1), the store keeps every byte and opens; with room again the next ingest
     goes through. Needs to mount a tmpfs (root with CAP_SYS_ADMIN, as in CI); skipped elsewhere."""
     import os
-    import subprocess
 
-    mnt = tmp_path / "small"
-    mnt.mkdir()
-    m = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=3m", "tmpfs", str(mnt)], capture_output=True, text=True)
-    if m.returncode != 0:
-        pytest.skip(f"cannot mount a small tmpfs here ({m.stderr.strip() or 'not permitted'})")
-    try:
-        db = mnt / "s.duckdb"
-        events = [kernel(f"k{i % 50}", i * 10.0, 5.0, corr=i) for i in range(3000)]
-        trace = write_trace(tmp_path / "t.json", events)
-        assert run_cli("ingest", str(trace), "--db", str(db), "-q").code == 0
-        before = file_digest(db)
-        fill = mnt / "fill"
-        with open(fill, "wb") as f:  # fill the file system to the last block
-            try:
-                while True:
-                    f.write(b"\0" * 65536)
-                    f.flush()
-            except OSError:
-                pass
-        r = run_cli("ingest", str(trace), "--db", str(db), "-q")
-        assert r.code == 1 and len(r.err.strip().splitlines()) == 1, r.err
-        assert str(db) in r.err and "no space left on the device" in r.err and "internal error" not in r.err
-        assert file_digest(db) == before
-        assert len(run_cli("runs", "--db", str(db), "--json").json()) == 1
-        os.remove(fill)
-        assert run_cli("ingest", str(trace), "--db", str(db), "-q").code == 0
-        assert len(run_cli("runs", "--db", str(db), "--json").json()) == 2
-    finally:
-        subprocess.run(["umount", str(mnt)], capture_output=True)
+    db = small_fs / "s.duckdb"
+    events = [kernel(f"k{i % 50}", i * 10.0, 5.0, corr=i) for i in range(3000)]
+    trace = write_trace(tmp_path / "t.json", events)
+    assert run_cli("ingest", str(trace), "--db", str(db), "-q").code == 0
+    before = file_digest(db)
+    room = fill(small_fs)
+    r = run_cli("ingest", str(trace), "--db", str(db), "-q")
+    assert r.code == 1 and len(r.err.strip().splitlines()) == 1, r.err
+    assert str(db) in r.err and "no space left on the device" in r.err and "internal error" not in r.err
+    assert file_digest(db) == before
+    assert len(run_cli("runs", "--db", str(db), "--json").json()) == 1
+    os.remove(room)
+    assert run_cli("ingest", str(trace), "--db", str(db), "-q").code == 0
+    assert len(run_cli("runs", "--db", str(db), "--json").json()) == 2

@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from conftest import FIXTURES, file_digest, kernel, run_cli, write_trace
+from conftest import FIXTURES, file_digest, fill, kernel, run_cli, write_trace
 
 PY = sys.executable
 RECORDING = FIXTURES / "recordings" / "synthetic_h100_a100.jsonl"
@@ -35,33 +35,6 @@ CHILD = ("import os, sys, time\n"
 
 
 # -- helpers -----------------------------------------------------------------------------------
-
-@pytest.fixture
-def small_fs(tmp_path: Path) -> Iterator[Path]:
-    """A 3 MiB tmpfs (as the disk-full test of tests/test_reliability.py mounts), unmounted after."""
-    mnt = tmp_path / "small"
-    mnt.mkdir()
-    m = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=3m", "tmpfs", str(mnt)], capture_output=True, text=True)
-    if m.returncode != 0:
-        pytest.skip(f"cannot mount a small tmpfs here ({m.stderr.strip() or 'not permitted'})")
-    try:
-        yield mnt
-    finally:
-        subprocess.run(["umount", "-l", str(mnt)], capture_output=True)
-
-
-def fill(folder: Path) -> Path:
-    """Fill the file system of ``folder`` to the last block; the file to remove for room again."""
-    path = folder / "fill"
-    with open(path, "wb") as f:
-        try:
-            while True:
-                f.write(b"\0" * 65536)
-                f.flush()
-        except OSError:
-            pass
-    return path
-
 
 def wait_for(cond: Callable[[], object], what: str, limit_s: float = 60.0) -> object:
     """Poll ``cond`` until it is true; the limit only ends a hung test, it is not the check."""
