@@ -67,14 +67,38 @@ def _open_text(path: Path, mode: str) -> IO[str]:
     return open(path, mode, encoding="utf-8")
 
 
+#: The most text a recording may hold once inflated: an hour of 9 devices at 100 Hz is ~1 GB;
+#: a gzip bomb (or a link to /dev/zero's like) stops here instead of filling the memory.
+MAX_RECORDING_TEXT_BYTES = 2 * 2**30
+
+
+def _read_lines(path: Path) -> list[str]:
+    """The recording's non-empty lines. Only a regular file is opened (a FIFO or a device given
+    as ``--replay`` would block or never end), and at most :data:`MAX_RECORDING_TEXT_BYTES` of
+    text are read."""
+    from gpuscope.fileio import open_regular
+
+    raw = open_regular(path, "recording file")
+    try:
+        binary: IO[bytes] = gzip.GzipFile(fileobj=raw, mode="rb") if path.name.endswith(".gz") else raw
+        lines, size = [], 0
+        for line in io.TextIOWrapper(binary, encoding="utf-8"):
+            size += len(line)
+            if size > MAX_RECORDING_TEXT_BYTES:
+                raise InputError(str(path), f"holds more than {MAX_RECORDING_TEXT_BYTES // 2**30} GiB of text: "
+                                            "not a gpuscope recording")
+            if line.strip():
+                lines.append(line)
+        return lines
+    finally:
+        raw.close()
+
+
 def load_recording(path: str | Path) -> Recording:
     """Read a recording; :class:`~gpuscope.errors.InputError` when it is not one."""
     path = Path(path)
-    if not path.is_file():
-        raise InputError(str(path), "no such recording file")
     try:
-        with _open_text(path, "r") as f:
-            lines = [ln for ln in f if ln.strip()]
+        lines = _read_lines(path)
     except (OSError, EOFError, UnicodeDecodeError) as exc:
         raise InputError(str(path), f"cannot read the recording ({exc})") from None
     if not lines:
@@ -119,7 +143,13 @@ def gpus_only(path: str | Path) -> Recording:
 
 
 class RecordingWriter:
-    """Writes a recording: the header at construction, rows as they come, an end line at close."""
+    """Writes a recording: the header at construction, rows as they come, an end line at close.
+
+    The file is written under a fresh temporary name beside ``path`` (``O_EXCL|O_NOFOLLOW``,
+    0600: :class:`gpuscope.fileio.AtomicWriter`) and renamed to ``path`` at :meth:`close`, so
+    that a link planted at ``path`` or at a guessable temporary name is never written through
+    and a reader never sees half a file; :meth:`discard` (or a failed close) removes it. An
+    existing ``path`` is replaced at close: callers check first (``record`` asks for ``--force``)."""
 
     def __init__(self, path: str | Path, devices: list[DeviceInfo], *, interval_s: float,
                  vendors: list[VendorStatus] | None = None, synthetic: bool = False, note: str | None = None,
@@ -127,9 +157,22 @@ class RecordingWriter:
         from gpuscope import __version__
         from gpuscope.machine import hostname
 
+        from gpuscope.fileio import AtomicWriter
+
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._f = _open_text(self.path, "w")
+        self._out = AtomicWriter(self.path)
+        self._gz: gzip.GzipFile | None = None
+        try:
+            raw: IO[bytes] = self._out.file
+            if self.path.name.endswith(".gz"):
+                self._gz = gzip.GzipFile(filename="", fileobj=raw, mode="wb")
+                raw = self._gz  # type: ignore[assignment]
+            self._f: IO[str] = io.TextIOWrapper(raw, encoding="utf-8")  # type: ignore[arg-type]
+        except BaseException:
+            self._out.discard()
+            raise
+        self._closed = False
         self.ticks = 0
         self.rows = 0
         header_overrides = dict(header or {})
@@ -146,7 +189,11 @@ class RecordingWriter:
             "vendors": [v.to_dict() for v in vendors or []],
         }
         header.update(header_overrides)
-        self._f.write(json.dumps(header, separators=(",", ":")) + "\n")
+        try:
+            self._f.write(json.dumps(header, separators=(",", ":")) + "\n")
+        except BaseException:
+            self.discard()
+            raise
 
     def write_tick(self, tick: int, rows: list[Sample]) -> None:
         for s in rows:
@@ -159,11 +206,28 @@ class RecordingWriter:
         self.ticks = max(self.ticks, tick + 1)
 
     def close(self, stats: dict[str, Any] | None = None) -> None:
-        if self._f.closed:
+        """Write the end line and rename the file into place; on any failure nothing is kept."""
+        if self._closed:
             return
-        self._f.write(json.dumps({"end": True, "ticks": self.ticks, "rows": self.rows, "stats": stats or {}},
-                                 separators=(",", ":"), default=str) + "\n")
-        self._f.close()
+        self._closed = True
+        try:
+            self._f.write(json.dumps({"end": True, "ticks": self.ticks, "rows": self.rows, "stats": stats or {}},
+                                     separators=(",", ":"), default=str) + "\n")
+            self._f.flush()
+            self._f.detach()  # the wrapper lets go of the file without closing it: commit closes it
+            if self._gz is not None:
+                self._gz.close()  # the gzip trailer; the file underneath stays open
+            self._out.commit()
+        except BaseException:
+            self._out.discard()
+            raise
+
+    def discard(self) -> None:
+        """Give the recording up: its temporary is removed, ``path`` untouched."""
+        if self._closed:
+            return
+        self._closed = True
+        self._out.discard()
 
 
 class ReplayCollector(Collector):

@@ -75,10 +75,35 @@ def main(argv: Sequence[str] | None = None) -> int:
     # commands, kernels and telemetry are nobody else's business. `gpuscope run` hands the
     # user's own umask back to the command it runs (paths.user_umask()).
     previous_umask = private_umask()
+    streams = sys.stdout, sys.stderr
+    _show_controls(args)
     try:
         return _dispatch(args)
     finally:
+        sys.stdout, sys.stderr = streams
         os.umask(previous_umask)
+
+
+def _show_controls(args: argparse.Namespace) -> None:
+    """Put the command's text output behind :class:`textsafe.VisibleStream`: names in it come
+    from files other people made (kernels, ops, threads, run and file names, a recording's
+    devices), and a control character in one must be shown, never obeyed by the terminal
+    (``ESC ] 52`` writes the clipboard). The renderers show them already; this catches a line
+    they did not draw. stdout stays as it is for ``--json`` and for data written to stdout
+    (``--out -``): the exact text, which JSON escapes itself."""
+    from ..textsafe import VisibleStream
+
+    if not getattr(args, "json", False) and getattr(args, "out", None) not in ("-", "/dev/stdout"):
+        sys.stdout = VisibleStream(sys.stdout)  # type: ignore[assignment]
+    sys.stderr = VisibleStream(sys.stderr)  # type: ignore[assignment]
+
+
+def _say(command: str, message: str) -> None:
+    """The command's one error line on stderr: ``message`` quotes file names, run names and
+    arguments, shown with their control characters (a newline too: it is one line) visible."""
+    from ..textsafe import visible
+
+    print(f"gpuscope {command}: {visible(message)}", file=sys.stderr)
 
 
 def _interrupted_query(exc: Exception) -> bool:
@@ -100,29 +125,32 @@ def _dispatch(args: argparse.Namespace) -> int:
     try:
         return int(args.func(args) or 0)
     except ParameterError as exc:  # quantities spelled as the command's flags
-        print(f"gpuscope {args.command}: {_as_flags(args.command, exc)}", file=sys.stderr)
+        _say(args.command, _as_flags(args.command, exc))
         return EXIT_USAGE
     except InputError as exc:
-        print(f"gpuscope {args.command}: {exc}", file=sys.stderr)
+        _say(args.command, str(exc))
         return EXIT_USAGE
     except StoreError as exc:
-        print(f"gpuscope {args.command}: {exc}", file=sys.stderr)
+        _say(args.command, str(exc))
         return EXIT_USAGE
     except GpuscopeError as exc:
-        print(f"gpuscope {args.command}: {exc}", file=sys.stderr)
+        _say(args.command, str(exc))
         return EXIT_FAILURE
-    except KeyboardInterrupt:
-        print(f"gpuscope {args.command}: interrupted", file=sys.stderr)
+    except KeyboardInterrupt as exc:
+        signum = getattr(exc, "signum", None)  # fileio.Terminated: SIGTERM/SIGHUP while writing a file
+        if signum:
+            _say(args.command, "terminated")
+            return 128 + signum
+        _say(args.command, "interrupted")
         return 130
     except BrokenPipeError:
         return EXIT_OK
     except Exception as exc:  # a bug: one line, traceback on request
         if _interrupted_query(exc):
-            print(f"gpuscope {args.command}: interrupted", file=sys.stderr)
+            _say(args.command, "interrupted")
             return 130
         if os.environ.get("GPUSCOPE_DEBUG"):
             raise
-        print(f"gpuscope {args.command}: internal error: {type(exc).__name__}: {exc} "
-              "(set GPUSCOPE_DEBUG=1 for the traceback)", file=sys.stderr)
+        _say(args.command, f"internal error: {type(exc).__name__}: {exc} (set GPUSCOPE_DEBUG=1 for the traceback)")
         return EXIT_FAILURE
 

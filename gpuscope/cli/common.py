@@ -14,11 +14,13 @@ import math
 import os
 import shutil
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from ..errors import InputError
 from ..paths import default_db_path
+from ..textsafe import visible
 
 EXIT_OK = 0
 EXIT_FAILURE = 1
@@ -34,7 +36,13 @@ class _Parser(argparse.ArgumentParser):
         super().__init__(*args, **kwargs)
 
     def error(self, message: str) -> None:  # type: ignore[override]
-        self.exit(EXIT_USAGE, f"{self.prog}: {message} (see {self.prog} --help)\n")
+        from ..redact import redact_command
+        from ..textsafe import visible
+
+        # the message quotes the arguments as typed (an invalid choice, a bad number): one line,
+        # their control characters shown, secrets in them redacted (`unrecognized arguments:
+        # --api-key K`)
+        self.exit(EXIT_USAGE, f"{self.prog}: {visible(redact_command(message) or message)} (see {self.prog} --help)\n")
 
 
 def positive_int(text: str) -> int:
@@ -49,12 +57,45 @@ def non_negative_int(text: str) -> int:
 
 def positive_float(text: str) -> float:
     """A finite number > 0 (seconds, rates, ratios)."""
+    value = finite_float(text)
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"{text!r} must be a number greater than 0")
+    return value
+
+
+def float_between(low: float, high: float, unit: str) -> Callable[[str], float]:
+    """An argument type: a finite number from ``low`` to ``high`` (the message names the range,
+    for nan and the infinities too)."""
+    def bounded_float(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            value = math.nan
+        if not (math.isfinite(value) and low <= value <= high):
+            raise argparse.ArgumentTypeError(f"{text!r} must be a number from {low:g} to {high:g} {unit}")
+        return value
+
+    return bounded_float
+
+
+def non_negative_float(text: str) -> float:
+    """A finite number >= 0 (a delay, seconds that may be none)."""
+    value = finite_float(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{text!r} must be a number of at least 0")
+    return value
+
+
+def finite_float(text: str) -> float:
+    """Any finite number: ``nan``, ``inf`` and ``-inf`` (which Python's ``float()`` takes) are
+    refused, since no gpuscope argument means anything by them (``run --profile-delay nan``
+    would compare false with every bound and pass each check)."""
     try:
         value = float(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-    if not math.isfinite(value) or value <= 0:
-        raise argparse.ArgumentTypeError(f"{text!r} must be a number greater than 0")
+    if not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a finite number")
     return value
 
 
@@ -77,7 +118,10 @@ def add_inflate_argument(parser: argparse.ArgumentParser) -> None:
 
 def db_path(args: argparse.Namespace) -> Path:
     """The store a command works on: --db, else $GPUSCOPE_DB, else the user data directory."""
-    return Path(args.db).expanduser() if getattr(args, "db", None) else default_db_path()
+    db = getattr(args, "db", None)
+    if db == "":  # not "the default": a script whose variable came out empty must not write elsewhere
+        raise InputError("--db", "an empty path (leave --db out for the default store)")
+    return Path(db).expanduser() if db else default_db_path()
 
 
 def terminal_width() -> int:
@@ -134,15 +178,15 @@ def open_run_ref(
 
         reused = _already_ingested(db, ref)
         if reused is not None:
-            print(f"{ref}: already ingested as run {reused[0]} '{reused[1]}' (same content): using it "
+            print(f"{visible(ref)}: already ingested as run {reused[0]} '{visible(reused[1])}' (same content): using it "
                   f"(gpuscope ingest makes a new run)", file=sys.stderr, flush=True)
             return str(reused[0]), None
 
         result = ingest.ingest(db, [ref], name=name, progress=ingest.stderr_progress(sys.stderr.isatty()),
                                keep_open=keep_open, max_inflate_ratio=max_inflate_ratio or ingest.MAX_INFLATE_RATIO)
         if announce:
-            print(f"ingested {ref} as run {result.run_id} '{result.name}'", file=sys.stderr, flush=True)
+            print(f"ingested {visible(ref)} as run {result.run_id} '{visible(result.name)}'", file=sys.stderr, flush=True)
         return str(result.run_id), result.connection
     if ref is not None and _looks_like_path(ref) and not Path(ref).exists() and os.sep in ref:
-        raise InputError(ref, "no such file or directory (and no run of that name)")
+        raise InputError(visible(ref), "no such file or directory (and no run of that name)")
     return ref, None

@@ -4,7 +4,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from .common import db_path, positive_int, print_json
+from .common import db_path, finite_float, positive_int, print_json
 
 FLAGS = {"from_s": "--from", "to_s": "--to", "window": "--window"}
 
@@ -13,9 +13,10 @@ DESCRIPTION = (
     "Write the run's rows of every table (runs, traces, devices, samples, kernels, ops, annotations, "
     "graph_launches, sampler_stats) and the analysis per op and per kernel (bound class, percent of roof) "
     "into the directory --out, one file per table, with a README.md naming every column, its type and "
-    "unit. Row counts equal the store's. The directory appears whole (written under a temporary name, "
-    "then renamed) and owner-only; an existing --out is replaced only with --force. RUN is a run id or "
-    "name (default: the newest)."
+    "unit. Row counts equal the store's. The file or directory appears whole (written under a fresh "
+    "temporary name, then renamed) and owner-only; an existing --out is replaced only with --force, and "
+    "never a link, device, FIFO or a directory gpuscope did not write. --out - writes a timeline to "
+    "standard output. RUN is a run id or name (default: the newest)."
 )
 NEEDS_DB = True
 REPORTS = True
@@ -28,11 +29,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="perfetto (a .json.gz timeline for ui.perfetto.dev), chrome (plain .json, also for "
                              "chrome://tracing), parquet or csv (one file per table in a directory)")
     parser.add_argument("--out", required=True, metavar="PATH", help="the file (perfetto, chrome) or directory "
-                        "(parquet, csv) to write")
-    parser.add_argument("--force", action="store_true", help="replace --out when it exists")
-    parser.add_argument("--from", dest="from_s", type=float, default=None, metavar="S",
+                        "(parquet, csv) to write; - writes a timeline to standard output (the summary, text or "
+                        "--json, then goes to standard error)")
+    parser.add_argument("--force", action="store_true", help="replace --out when it is a regular file (perfetto, "
+                        "chrome) or an untouched earlier export directory (parquet, csv); links, devices, FIFOs "
+                        "and other directories are never replaced")
+    parser.add_argument("--from", dest="from_s", type=finite_float, default=None, metavar="S",
                         help="timeline only: keep what starts S seconds or more after the run's first event")
-    parser.add_argument("--to", dest="to_s", type=float, default=None, metavar="S",
+    parser.add_argument("--to", dest="to_s", type=finite_float, default=None, metavar="S",
                         help="timeline only: keep what starts before S seconds after the run's first event")
     parser.add_argument("--window", type=positive_int, default=None, metavar="N",
                         help="timeline only: keep the Nth profiler window (from 1)")
@@ -43,20 +47,26 @@ def run(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from ..export.tables import export_tables
+    from ..textsafe import visible  # run names come from other people's file names
 
     if args.format in ("perfetto", "chrome"):
         from ..export.timeline import export_timeline
 
         doc = export_timeline(db_path(args), args.run, Path(args.out), args.format, force=args.force,
                               from_s=args.from_s, to_s=args.to_s, window=args.window)
+        from ..export import print_summary_json, summary_stream
+
+        out = summary_stream(args.out)  # with --out -, stdout holds the trace: the summary goes to stderr
         if args.json:
-            print_json(doc)
+            print_summary_json(doc, args.out)
             return 0
         ev = doc["events"]
-        print(f"run {doc['run']['id']} ({doc['run']['name']}): {ev.get('kernels', 0):,} GPU activities, "
+        where = "standard output" if doc["out"] == "-" else doc["out"]
+        print(f"run {doc['run']['id']} ({visible(str(doc['run']['name']))}): {ev.get('kernels', 0):,} GPU activities, "
               f"{ev.get('ops', 0):,} CPU ops, {ev.get('counters', 0):,} counter values, "
-              f"{ev.get('annotations', 0):,} windows and marks to {doc['out']} "
-              f"({doc['file_bytes'] / 2**20:,.1f} MiB{', gzip' if doc['gzip'] else ''}); open it in ui.perfetto.dev")
+              f"{ev.get('annotations', 0):,} windows and marks to {visible(where)} "
+              f"({doc['file_bytes'] / 2**20:,.1f} MiB{', gzip' if doc['gzip'] else ''}); open it in ui.perfetto.dev",
+              file=out)
         if doc["note"]:
             print(f"note: {doc['note']}", file=sys.stderr)
         return 0
@@ -69,7 +79,7 @@ def run(args: argparse.Namespace) -> int:
         print_json(doc)
     else:
         total = sum(doc["tables"].values())
-        print(f"run {doc['run']['id']} ({doc['run']['name']}): {total:,} rows in {len(doc['tables'])} {doc['format']} "
+        print(f"run {doc['run']['id']} ({visible(str(doc['run']['name']))}): {total:,} rows in {len(doc['tables'])} {doc['format']} "
               f"files under {doc['out']} (README.md names the columns)", file=sys.stdout)
         for table, n in doc["tables"].items():
             print(f"  {table:<16} {n:>12,}")

@@ -5,7 +5,7 @@ import argparse
 import sys
 from typing import Any
 
-from .common import positive_int
+from .common import positive_float, positive_int
 
 from ..errors import GpuscopeError, InputError
 
@@ -14,7 +14,9 @@ DESCRIPTION = (
     "Sample every device found here (NVIDIA, AMD, the host) for --seconds at the sampler's cadence "
     "and write the device descriptions and samples to --out: JSON Lines, gzip-compressed when the "
     "name ends in .gz (format gpuscope.recording/1, see docs/telemetry.md). The replay collector "
-    "plays such a file back. Ctrl-C stops early and keeps what was recorded."
+    "plays such a file back. Ctrl-C or SIGTERM stops early and keeps what was recorded. The file appears "
+    "whole at the end (written under a fresh temporary name beside it, then renamed), owner-only; an "
+    "existing --out is replaced only with --force, and never a link, a device, a FIFO or a directory."
 )
 NEEDS_DB = False
 REPORTS = True
@@ -22,9 +24,11 @@ REPORTS = True
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Add this command's arguments to its sub-parser."""
-    parser.add_argument("--seconds", type=float, required=True, metavar="N", help="how long to record")
+    parser.add_argument("--seconds", type=positive_float, required=True, metavar="N", help="how long to record")
     parser.add_argument("--out", required=True, metavar="FILE", help="the recording to write (.jsonl or .jsonl.gz)")
-    parser.add_argument("--interval", type=float, default=0.1, metavar="S",
+    parser.add_argument("--force", action="store_true", help="replace --out when it is a regular file (never a "
+                        "link, a device, a FIFO or a directory)")
+    parser.add_argument("--interval", type=positive_float, default=0.1, metavar="S",
                         help="seconds between samples (default 0.1 = 10 Hz; at least 0.01 = 100 Hz)")
     parser.add_argument("--pid", type=positive_int, action="append", default=[], metavar="PID",
                         help="also watch this process and its children (repeatable)")
@@ -38,9 +42,19 @@ def run(args: argparse.Namespace) -> int:
         raise InputError("--seconds", f"must be a positive number of seconds, not {args.seconds}")
     if not 0.01 <= args.interval <= 3600:
         raise InputError("--interval", f"must be between 0.01 and 3600 seconds, not {args.interval}")
+    from pathlib import Path
+
     from ..collectors import ProcessTree, default_collectors
+    from ..fileio import STDOUT, check_output, sigterm_raises
     from ..sampling import Sampler
     from ..sinks import RecordingSink
+
+    if args.out == STDOUT:
+        raise InputError("--out -", "record writes a file (.jsonl or .jsonl.gz), not standard output")
+    # before sampling: a link, device, FIFO or directory at --out, or a file without --force, is
+    # refused here (the folder itself is tried by the first write, whose error says why)
+    check_output(Path(args.out), force=args.force, directory=False, what="a recording", check_folder=False,
+                 stdout_ok=False)
 
     tree = ProcessTree(args.pid) if args.pid else None
     sink = RecordingSink(args.out, note=args.note)
@@ -57,14 +71,15 @@ def run(args: argparse.Namespace) -> int:
     except OSError as exc:  # --out cannot be created (a read-only folder or file system): nothing was recorded
         raise InputError(str(args.out), f"cannot write the recording ({_reason(exc)})") from None
     try:
-        sampler.wait(args.seconds)
+        with sigterm_raises():  # SIGTERM stops early like Ctrl-C: the recording so far is kept, renamed into place
+            sampler.wait(args.seconds)
     except KeyboardInterrupt:
         interrupted = True
     finally:
         try:
             stats = sampler.stop()
         except OSError as exc:  # the disk filled up while recording: the file lacks its end
-            raise GpuscopeError(f"{args.out}: cannot write the recording ({_reason(exc)}); the file is incomplete, "
+            raise GpuscopeError(f"{args.out}: cannot write the recording ({_reason(exc)}); nothing was kept, "
                                 "record again where there is room") from None
     gpus = [d for d in sampler.devices if d.kind != "host"]
     doc: dict[str, Any] = {
@@ -86,7 +101,9 @@ def run(args: argparse.Namespace) -> int:
 
         sys.stdout.write(ascii_document(doc) + "\n")
     else:
-        what = ", ".join(f"{d.key} ({d.name or d.vendor})" for d in sampler.devices)
+        from ..textsafe import visible
+
+        what = visible(", ".join(f"{d.key} ({d.name or d.vendor})" for d in sampler.devices))
         print(f"recorded {stats.ticks} ticks, {stats.rows} rows of {what} to {args.out}")
         if not gpus:
             print("no GPU found: the recording holds the host only")

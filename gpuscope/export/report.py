@@ -1,14 +1,14 @@
 """``gpuscope report RUN [--compare RUN_B] --out FILE.html``: gathers what the page shows
 through the read layer and the analyzers, renders it (:mod:`gpuscope.render.report_html`) and
-writes the file whole (a temporary name renamed into place), owner-only."""
+writes the file whole (a fresh temporary renamed into place, :mod:`gpuscope.fileio`), owner-only,
+or to standard output for ``--out -``."""
 from __future__ import annotations
 
-import os
 import time
 from pathlib import Path
 from typing import Any
 
-from . import prepare_output
+from . import is_stdout, output_file, prepare_output
 
 
 def build_report(db: Path, run: str | None, out: Path, compare: str | None = None, force: bool = False) -> dict[str, Any]:
@@ -21,7 +21,7 @@ def build_report(db: Path, run: str | None, out: Path, compare: str | None = Non
     from ..store import read
 
     out = Path(out)
-    tmp = prepare_output(db, out, force, directory=False, what="the report")
+    prepare_output(db, out, force, directory=False, what="the report")
     con = store.connect(db, read_only=True)
     try:
         ref = read.resolve_run(con, run, db)
@@ -40,11 +40,7 @@ def build_report(db: Path, run: str | None, out: Path, compare: str | None = Non
     page = render_report({"analysis": doc, "telemetry": tele, "series": series, "windows": windows,
                           "command": command, "compare": cmp,
                           "generated": time.strftime("%Y-%m-%d %H:%M %Z")})
-    try:
-        tmp.write_text(page, encoding="utf-8")
-        os.replace(tmp, out)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
+    with output_file(out) as f:
+        f.write(page.encode("utf-8"))
     return {"run": {"id": ref.id, "name": ref.name}, "compare": {"id": other.id, "name": other.name} if other else None,
-            "out": str(out), "bytes": len(page.encode()), "roofline_points": len(roofline_points(doc))}
+            "out": "-" if is_stdout(out) else str(out), "bytes": len(page.encode()), "roofline_points": len(roofline_points(doc))}

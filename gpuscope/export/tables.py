@@ -5,18 +5,21 @@ Every table that holds the run's rows is copied by DuckDB's ``COPY`` (the store'
 names the rows: :func:`gpuscope.store.read.run_rows_sql`), plus the analysis per op and per
 kernel (``gpuscope analyze``'s rows, with bound class and percent of roof). A ``README.md``
 in the directory names every file's columns with their types and units. The directory is
-written under a temporary name and renamed into place, so a reader never sees half of it; an
-existing one is replaced only when asked (``force``).
+built in a fresh private directory beside it and renamed into place
+(:func:`gpuscope.fileio.atomic_directory`), so a reader never sees half of it; an existing one
+is replaced only when asked (``force``) and only when it is an untouched earlier export
+(:func:`gpuscope.export.is_export_dir`): --force never deletes a directory of the user's.
 """
 from __future__ import annotations
 
-import os
-import shutil
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 from ..errors import ParameterError
-from . import prepare_output
+from ..fileio import atomic_directory
+from . import README_TITLE, is_export_dir, prepare_output
 
 FORMATS = ("parquet", "csv")
 
@@ -62,33 +65,45 @@ def export_tables(db: Path, run: str | None, out: Path, fmt: str, force: bool = 
     if fmt not in FORMATS:
         raise ParameterError("format", "unknown format {value} (parquet or csv)", {"value": repr(fmt)})
     out = Path(out)
-    tmp = prepare_output(db, out, force, directory=True, what="a table export")
+    prepare_output(db, out, force, directory=True, what="a table export")
     con = store.connect(db, read_only=True)
     try:
         ref = read.resolve_run(con, run, db)
-        shutil.rmtree(tmp, ignore_errors=True)
-        tmp.mkdir(mode=0o700)
-        written: dict[str, int] = {}
-        described: dict[str, list[tuple[str, str]]] = {}
-        opts = "(FORMAT parquet, COMPRESSION zstd)" if fmt == "parquet" else "(FORMAT csv, HEADER)"
-        for table in read.RUN_TABLES:
-            sql = read.run_rows_sql(table)
-            path = tmp / f"{table}.{fmt}"
-            con.execute(f"COPY ({sql}) TO '{_sql_path(path)}' {opts}", [ref.id]).fetchall()
-            written[table] = int(con.execute(f"SELECT count(*) FROM ({sql})", [ref.id]).fetchone()[0])
-            described[table] = [(r[0], r[1]) for r in con.execute(f"DESCRIBE {sql}", [ref.id]).fetchall()]
-        doc = analyze_run(con, ref.id, top=None)
-        for table, rows, columns in (("op_analysis", doc["ops"], OP_COLUMNS), ("kernel_analysis", doc["kernels"], KERNEL_COLUMNS)):
-            written[table] = _write_rows(con, tmp / f"{table}.{fmt}", rows, columns, opts)
-            described[table] = [(c, t) for c, t, _ in columns]
-        (tmp / "README.md").write_text(_readme(ref, fmt, written, described))
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
+        with atomic_directory(out, replace=force, recognise=is_export_dir) as tmp, _refused_writes(out):
+            written: dict[str, int] = {}
+            described: dict[str, list[tuple[str, str]]] = {}
+            opts = "(FORMAT parquet, COMPRESSION zstd)" if fmt == "parquet" else "(FORMAT csv, HEADER)"
+            for table in read.RUN_TABLES:
+                sql = read.run_rows_sql(table)
+                path = tmp / f"{table}.{fmt}"
+                con.execute(f"COPY ({sql}) TO '{_sql_path(path)}' {opts}", [ref.id]).fetchall()
+                written[table] = int(con.execute(f"SELECT count(*) FROM ({sql})", [ref.id]).fetchone()[0])
+                described[table] = [(r[0], r[1]) for r in con.execute(f"DESCRIBE {sql}", [ref.id]).fetchall()]
+            doc = analyze_run(con, ref.id, top=None)
+            for table, rows, columns in (("op_analysis", doc["ops"], OP_COLUMNS), ("kernel_analysis", doc["kernels"], KERNEL_COLUMNS)):
+                written[table] = _write_rows(con, tmp / f"{table}.{fmt}", rows, columns, opts)
+                described[table] = [(c, t) for c, t, _ in columns]
+            (tmp / "README.md").write_text(_readme(ref, fmt, written, described))  # in our fresh 0700 directory
     finally:
         con.close()
-    _replace(tmp, out)
     return {"run": {"id": ref.id, "name": ref.name}, "format": fmt, "out": str(out), "tables": written}
+
+
+@contextmanager
+def _refused_writes(out: Path) -> Iterator[None]:
+    """DuckDB's ``COPY`` failing because the file system refused it (a full disk, a quota): one
+    line naming ``out`` (exit 1), not DuckDB's error; the temporary directory is removed."""
+    from .._db import duckdb
+    from ..errors import GpuscopeError
+    from ..store import write_failure_reason
+
+    try:
+        yield
+    except duckdb.Error as exc:
+        reason = write_failure_reason(exc)
+        if reason is None:
+            raise
+        raise GpuscopeError(f"{out}: cannot write it ({reason}); nothing was changed") from None
 
 
 def _sql_path(path: Path) -> str:
@@ -144,7 +159,7 @@ def _unit(table: str, column: str) -> str:
 
 
 def _readme(ref: Any, fmt: str, written: dict[str, int], described: dict[str, list[tuple[str, str]]]) -> str:
-    lines = [f"# gpuscope export of run {ref.id} ({ref.name!r})", "",
+    lines = [f"{README_TITLE}{ref.id} ({ref.name!r})", "",
              f"One {fmt} file per table, written by `gpuscope export {ref.id} --format {fmt}` (DuckDB `COPY`).",
              "Times are integer ns since the Unix epoch (`*_ns`), durations ns or µs as the name says;",
              "ratios are 0-1; `run_id` joins the tables; `device_id` joins devices to samples and kernels;",
@@ -155,20 +170,3 @@ def _readme(ref: Any, fmt: str, written: dict[str, int], described: dict[str, li
         lines += ["", f"## {table}.{fmt}", "", "| column | type | unit / meaning |", "|---|---|---|"]
         lines += [f"| `{c}` | {t} | {_unit(table, c)} |" for c, t in cols]
     return "\n".join(lines) + "\n"
-
-
-def _replace(tmp: Path, out: Path) -> None:
-    """``tmp`` renamed to ``out``; an existing ``out`` (``--force``) is moved aside first and
-    removed once the new one is in place."""
-    old = None
-    if out.exists():
-        old = out.parent / f".{out.name}.old-{os.getpid()}"
-        os.rename(out, old)
-    try:
-        os.rename(tmp, out)
-    except BaseException:
-        if old is not None:
-            os.rename(old, out)
-        raise
-    if old is not None:
-        shutil.rmtree(old, ignore_errors=True)

@@ -20,11 +20,11 @@ first event), as recent Kineto writes them.
 from __future__ import annotations
 
 import gzip
-import os
+import sys
 from pathlib import Path
 from typing import Any
 
-from . import prepare_output
+from . import is_stdout, output_file, prepare_output, written_bytes
 
 #: The largest trace the Perfetto web UI opens comfortably in a browser tab.
 BROWSER_LIMIT_BYTES = 512 * 1024 * 1024
@@ -35,7 +35,8 @@ def export_timeline(db: Path, run: str | None, out: Path, fmt: str, force: bool 
                     from_s: float | None = None, to_s: float | None = None, window: int | None = None) -> dict[str, Any]:
     """Write the run's timeline to ``out`` (``perfetto``: gzip-compressed JSON unless ``out``
     ends in ``.json``; ``chrome``: plain JSON). ``from_s``/``to_s`` (seconds after the run's
-    first event) or ``window`` (the Nth profiler window, from 1) keep what starts in that span."""
+    first event) or ``window`` (the Nth profiler window, from 1) keep what starts in that span.
+    ``out`` ``-`` is standard output."""
     from ..errors import ParameterError
 
     if window is not None and (from_s is not None or to_s is not None):
@@ -50,8 +51,11 @@ def export_timeline(db: Path, run: str | None, out: Path, fmt: str, force: bool 
     from ..store.timeline import base_ns, device_properties, distributed_info, event_queries
 
     out = Path(out)
-    tmp = prepare_output(db, out, force, directory=False, what="a timeline")
+    prepare_output(db, out, force, directory=False, what="a timeline")
     gz = fmt == "perfetto" and not out.name.endswith(".json")
+    if gz and is_stdout(out) and sys.stdout.isatty():
+        raise ParameterError("out", "{value}: standard output is a terminal, and perfetto writes gzip: redirect it "
+                                    "(> FILE.json.gz, | gunzip) or use the chrome format", {"value": "-"})
     con = store.connect(db, read_only=True)
     counts: dict[str, int] = {}
     try:
@@ -62,53 +66,49 @@ def export_timeline(db: Path, run: str | None, out: Path, fmt: str, force: bool 
         _register_analysis(cur, doc)
         base = base_ns(cur, ref.id)
         lo, hi = _span(cur, ref.id, base, from_s, to_s, window)
-        raw = open(tmp, "wb")  # noqa: SIM115 - closed below, renamed into place
-        f: Any = gzip.GzipFile(filename="", fileobj=raw, mode="wb", compresslevel=3, mtime=0) if gz else raw
-        size = 0
-        try:
-            dist = distributed_info(cur, ref.id)
-            head = ('{"schemaVersion": 1, "displayTimeUnit": "ns", "baseTimeNanoseconds": %d, '
-                    '"otherData": {"exported_by": "gpuscope export", "run_id": %d}, %s'
-                    '"deviceProperties": %s, "traceEvents": [\n'
-                    % (base, ref.id, f'"distributedInfo": {dist}, ' if dist else "", device_properties(cur, ref.id)))
-            f.write(head.encode())
-            size += len(head)
-            first = True
-            for kind, sql, params in event_queries(ref.id, base, lo, hi):
-                res = cur.execute(sql, params)
-                n = 0
-                while True:
-                    rows = res.fetchmany(_BATCH)
-                    if not rows:
-                        break
-                    text = ",\n".join(r[0] for r in rows)
-                    chunk = (("" if first else ",\n") + text).encode()
-                    first = False
-                    f.write(chunk)
-                    size += len(chunk)
-                    n += len(rows)
-                counts[kind] = n
-            f.write(b"\n]}\n")
-            size += 4
-        finally:
-            if gz:
-                f.close()
-            raw.close()
+        with output_file(out) as raw:
+            f: Any = gzip.GzipFile(filename="", fileobj=raw, mode="wb", compresslevel=3, mtime=0) if gz else raw
+            size = 0
+            try:
+                dist = distributed_info(cur, ref.id)
+                head = ('{"schemaVersion": 1, "displayTimeUnit": "ns", "baseTimeNanoseconds": %d, '
+                        '"otherData": {"exported_by": "gpuscope export", "run_id": %d}, %s'
+                        '"deviceProperties": %s, "traceEvents": [\n'
+                        % (base, ref.id, f'"distributedInfo": {dist}, ' if dist else "", device_properties(cur, ref.id)))
+                f.write(head.encode())
+                size += len(head)
+                first = True
+                for kind, sql, params in event_queries(ref.id, base, lo, hi):
+                    res = cur.execute(sql, params)
+                    n = 0
+                    while True:
+                        rows = res.fetchmany(_BATCH)
+                        if not rows:
+                            break
+                        text = ",\n".join(r[0] for r in rows)
+                        chunk = (("" if first else ",\n") + text).encode()
+                        first = False
+                        f.write(chunk)
+                        size += len(chunk)
+                        n += len(rows)
+                    counts[kind] = n
+                f.write(b"\n]}\n")
+                size += 4
+            finally:
+                if gz:
+                    f.close()
         cur.close()
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
     finally:
         con.close()
-    os.replace(tmp, out)
+    file_bytes = written_bytes(out, raw)
     note = None
     if size > BROWSER_LIMIT_BYTES:
         note = (f"{size / 2**20:,.0f} MiB of JSON is more than the Perfetto web UI opens comfortably in a browser "
                 "tab; open it with Perfetto's trace_processor (trace_processor --httpd FILE, then ui.perfetto.dev) "
                 "or export less of the run")
-    return {"run": {"id": ref.id, "name": ref.name}, "format": fmt, "out": str(out), "gzip": gz,
+    return {"run": {"id": ref.id, "name": ref.name}, "format": fmt, "out": "-" if is_stdout(out) else str(out), "gzip": gz,
             "span_ns": [lo, hi] if lo is not None or hi is not None else None,
-            "json_bytes": size, "file_bytes": out.stat().st_size, "events": counts, "note": note}
+            "json_bytes": size, "file_bytes": file_bytes, "events": counts, "note": note}
 
 
 def _span(cur: Any, run_id: int, base: int, from_s: float | None, to_s: float | None,

@@ -12,7 +12,8 @@ __all__ = ["RecordingSink"]
 
 class RecordingSink(Sink):
     """Writes a recording file for :class:`~gpuscope.collectors.replay.ReplayCollector`
-    (``gpuscope record``). The file is flushed after every batch."""
+    (``gpuscope record``). The rows are flushed after every batch to a temporary beside the
+    file, renamed into place at close (:class:`~gpuscope.collectors.replay.RecordingWriter`)."""
 
     def __init__(self, path: str | Path, *, synthetic: bool = False, note: str | None = None) -> None:
         self.path = Path(path)
@@ -32,6 +33,12 @@ class RecordingSink(Sink):
         self.writer._f.flush()
 
     def close(self, stats: SamplerStats) -> None:
-        d = stats.to_dict()
-        d["degradations"] = [str(g) for g in stats.degradations]
+        if self.writer is None:
+            return
+        try:
+            d = stats.to_dict()
+            d["degradations"] = [str(g) for g in stats.degradations]
+        except BaseException:
+            self.writer.discard()
+            raise
         self.writer.close(d)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import re
+import stat
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -37,28 +38,100 @@ def attach_sql(path: Path | str, alias: str = "store") -> str:
 _DUCKDB_MAGIC = b"DUCK"
 
 
-def store_exists(path: Path | str) -> bool:
-    """Whether a store file is at ``path``. An empty file (``--db "$(mktemp)"``) is no store
-    yet: it holds nothing, and the first write makes the store there."""
+def _target(path: Path | str) -> tuple[os.stat_result | None, os.stat_result | None]:
+    """``(lstat, stat)`` of ``path``: the name itself and what it leads to (a link's target).
+    Neither opens the file, so a FIFO or a device cannot block. ``stat`` is None for a link
+    whose target is missing; both are None when nothing is there."""
     try:
-        return Path(path).stat().st_size > 0
+        own = os.lstat(path)
     except FileNotFoundError:
+        return None, None
+    except NotADirectoryError:  # a parent is a file: no store there, and none can be made
+        raise StoreError(f"{path}: cannot use the store: a folder on its path is a file") from None
+    except OSError as exc:
+        raise StoreError(f"{path}: cannot read the store: {exc.strerror or exc}") from None
+    if not stat.S_ISLNK(own.st_mode):
+        return own, own
+    try:
+        return own, os.stat(path)
+    except (FileNotFoundError, NotADirectoryError):
+        return own, None
+    except OSError as exc:  # a link loop (ELOOP), a target in a folder we may not enter
+        raise StoreError(f"{path}: cannot read the store: {exc.strerror or exc}") from None
+
+
+def _refuse_not_a_file(path: Path | str, own: os.stat_result | None, target: os.stat_result | None) -> None:
+    """A :class:`StoreError` when what is at ``path`` cannot be a store file: a directory, a
+    device, FIFO or socket (directly or behind a link), or a link to nothing (creating the store
+    through it would make a file wherever the link points)."""
+    from ..fileio import describe_mode
+
+    if own is None:
+        return
+    if target is None:
+        raise StoreError(f"{path}: is a symbolic link to {os.readlink(path)!s}, which does not exist; gpuscope "
+                         "does not create a store through a link (make the store there, or name a real path)")
+    if stat.S_ISDIR(target.st_mode):
+        raise StoreError(f"{path}: is a directory, not a store file (pass --db DIR/gpuscope.duckdb)")
+    if not stat.S_ISREG(target.st_mode):
+        via = " (behind a symbolic link)" if stat.S_ISLNK(own.st_mode) else ""
+        raise StoreError(f"{path}: is {describe_mode(target.st_mode)}{via}, not a store file; gpuscope opens, "
+                         "creates or replaces only a regular file there")
+
+
+def store_exists(path: Path | str) -> bool:
+    """Whether a store file is at ``path`` (a link to one counts). An empty regular file
+    (``--db "$(mktemp)"``) is no store yet: it holds nothing, and the first write makes the
+    store there. Anything that is not a regular file (a device such as /dev/null, a FIFO, a
+    socket, a directory, a link to nothing) is a :class:`StoreError`, never "no store yet":
+    it must not be replaced by one."""
+    own, target = _target(path)
+    if own is None:
         return False
+    _refuse_not_a_file(path, own, target)
+    assert target is not None
+    return target.st_size > 0
 
 
 def check_store_path(path: Path | str) -> None:
-    """Raise :class:`StoreError` when ``path`` cannot be a store: a directory, or an existing
-    file that is not a DuckDB database (DuckDB's own errors for these are misleading)."""
+    """Raise :class:`StoreError` when ``path`` cannot be a store: a directory, a device, FIFO
+    or socket (seen with ``lstat``/``stat``, never opened, so nothing blocks), a link to nothing,
+    an existing file that is not a DuckDB database (DuckDB's own errors for these are
+    misleading), a write-ahead log beside it (``NAME.wal``) that is not a regular file or a spill
+    folder (``NAME.tmp``) that is not a directory (DuckDB would write through them). A link to a
+    regular store is fine: what it points to is judged."""
     p = Path(path)
-    if p.is_dir():
-        raise StoreError(f"{p}: is a directory, not a store file (pass --db DIR/gpuscope.duckdb)")
+    own, target = _target(p)
+    _refuse_not_a_file(p, own, target)
+    wal_own, _ = _target(f"{p}.wal")
+    if wal_own is not None and not stat.S_ISREG(wal_own.st_mode):
+        from ..fileio import describe_mode
+
+        raise StoreError(f"{p}.wal: is {describe_mode(wal_own.st_mode)}, not the store's write-ahead log; "
+                         "gpuscope writes the log only as a regular file (remove it)")
+    spill_own, _ = _target(f"{p}.tmp")  # DuckDB's default folder for what a large query spills
+    if spill_own is not None and not stat.S_ISDIR(spill_own.st_mode):
+        from ..fileio import describe_mode
+
+        raise StoreError(f"{p}.tmp: is {describe_mode(spill_own.st_mode)}, not the store's folder for temporary "
+                         "data; DuckDB would write the store's data through it (remove it)")
+    if own is None:
+        return
     try:
-        with open(p, "rb") as f:
-            head = f.read(12)
+        # O_NONBLOCK: were it swapped for a FIFO since the stat, the open must not wait for a writer
+        fd = os.open(p, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOCTTY", 0) | getattr(os, "O_CLOEXEC", 0))
     except FileNotFoundError:
         return
     except OSError as exc:
         raise StoreError(f"{p}: cannot read the store: {exc.strerror or exc}") from None
+    try:
+        st = os.fstat(fd)
+        _refuse_not_a_file(p, st, st)
+        head = os.read(fd, 12)
+    except OSError as exc:
+        raise StoreError(f"{p}: cannot read the store: {exc.strerror or exc}") from None
+    finally:
+        os.close(fd)
     if head and head[8:12] != _DUCKDB_MAGIC:
         raise StoreError(f"{p}: not a gpuscope store (the file is not a DuckDB database)")
 
@@ -154,12 +227,24 @@ def check_writable(path: Path | str) -> None:
 
 
 def _make_room(path: Path) -> None:
-    """Make the folder of a store about to be created, and remove an empty file in its place
-    (DuckDB refuses to open one; it holds nothing). Failures are a :class:`StoreError`."""
+    """Make the folder of a store about to be created, and remove an empty regular file of the
+    user's in its place (``--db "$(mktemp)"``: DuckDB refuses to open an empty file, and it holds
+    nothing). Nothing else is ever removed: a device, FIFO, socket or directory is refused
+    (:func:`check_store_path`), and so are an empty file behind a link (removing the link would
+    break it) and another user's empty file. Failures are a :class:`StoreError`."""
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        if path.exists() and not store_exists(path):
-            path.unlink()
+        own, target = _target(path)
+        _refuse_not_a_file(path, own, target)
+        if own is None or target is None or target.st_size > 0:
+            return
+        if stat.S_ISLNK(own.st_mode):
+            raise StoreError(f"{path}: is a symbolic link to an empty file; gpuscope does not replace a file "
+                             "through a link (name the file itself, or make the store first at a real path)")
+        if own.st_uid != os.getuid():
+            raise StoreError(f"{path}: is an empty file of another user (uid {own.st_uid}); gpuscope replaces "
+                             "only the user's own empty file with a new store")
+        os.unlink(path)
     except OSError as exc:
         raise StoreError(f"{path}: cannot create the store: {exc.strerror or exc}") from None
 
@@ -222,18 +307,24 @@ def retry_while_locked(path: Path | str, retry_s: float, open_store: Callable[[]
                 f"{path}: cannot open the store: {msg.splitlines()[0]}") from None
 
 
-def connect_for_user_query(path: Path | str, temp_dir: Path | str) -> duckdb.DuckDBPyConnection:
+def connect_for_user_query(path: Path | str, temp_dir: Path | str,
+                           memory_limit_bytes: int | None = None) -> duckdb.DuckDBPyConnection:
     """The store opened read-only for a query a user typed (``gpuscope sql``): DuckDB's
     access to any other file (``COPY ... TO``, ``read_csv``, ``ATTACH``, ``EXPORT``,
     extensions) is turned off and the configuration locked, so that on a shared server the
     query interface cannot become a way to read or write other files. The store itself stays
     readable because it is attached before access is turned off. ``temp_dir`` (which the
     caller removes) is where a large query spills: the lockdown leaves DuckDB's temporary
-    directory writable, so it must not be the store's shared ``<store>.tmp``."""
+    directory writable, so it must not be the store's shared ``<store>.tmp``.
+    ``memory_limit_bytes`` lowers DuckDB's memory limit (never raises it) before the lock."""
     con = connect(path, read_only=True)
     try:
         quoted = str(temp_dir).replace("'", "''")
         con.execute(f"SET temp_directory = '{quoted}'")
+        if memory_limit_bytes is not None:
+            current = con.execute("SELECT value FROM duckdb_settings() WHERE name = 'memory_limit'").fetchone()
+            if current is None or _setting_bytes(current[0]) is None or memory_limit_bytes < _setting_bytes(current[0]):
+                con.execute(f"SET memory_limit = '{int(memory_limit_bytes)}B'")
         con.execute("SET enable_external_access = false")
         con.execute("SET lock_configuration = true")
     except Exception:
@@ -242,8 +333,22 @@ def connect_for_user_query(path: Path | str, temp_dir: Path | str) -> duckdb.Duc
     return con
 
 
+def _setting_bytes(text: str) -> float | None:
+    """Bytes of a size as DuckDB shows a setting (``32.0 MiB``, ``1.5 GB``); None if unreadable."""
+    units = {"bytes": 1, "B": 1, "KB": 1e3, "MB": 1e6, "GB": 1e9, "TB": 1e12,
+             "KiB": 1024.0, "MiB": 1024.0**2, "GiB": 1024.0**3, "TiB": 1024.0**4}
+    parts = str(text).split()
+    try:
+        return float(parts[0]) * units[parts[1]] if len(parts) == 2 else None
+    except (ValueError, KeyError):
+        return None
+
+
 def connect(path: Path | str, read_only: bool = False, retry_s: float = 2.0) -> duckdb.DuckDBPyConnection:
-    """Open the store at ``path`` and migrate it. ``read_only`` opens never create a file.
+    """Open the store at ``path`` and migrate it. ``read_only`` opens never create, migrate or
+    otherwise change a file: a store of an older schema is read as the current schema through
+    temporary views (:func:`schema.present_as_current`), so reading commands work on a
+    read-only store of any version this gpuscope can read.
 
     A store held by another writing process is retried for ``retry_s`` seconds (writers keep
     their transactions short), then reported as a :class:`StoreError` naming that process.
@@ -267,15 +372,14 @@ def connect(path: Path | str, read_only: bool = False, retry_s: float = 2.0) -> 
         if read_only:
             version = schema_version(con)
             if version != schema.SCHEMA_VERSION:
-                con.close()
                 if version > schema.SCHEMA_VERSION:
                     raise StoreError(
                         f"{path}: the store uses schema version {version}, newer than this gpuscope "
                         f"understands ({schema.SCHEMA_VERSION}): upgrade gpuscope"
                     )
-                rw = connect(path, read_only=False, retry_s=retry_s)
-                rw.close()
-                return connect(path, read_only=True, retry_s=retry_s)
+                # a reading command never writes: the older store is read as the current
+                # schema (temporary views over its tables); only a write migrates it
+                schema.present_as_current(con, version, str(path))
         else:
             migrate(con, str(path))
             from .runs import recover_stale_runs  # the lifecycle finishes runs whose recorder died
