@@ -14,12 +14,18 @@ Only imports the standard library: every face may import it.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
+from typing import Any
 
 #: C0 controls (0x00-0x1f), DEL (0x7f) and C1 controls (0x80-0x9f), which include the one-byte
-#: CSI (0x9b), OSC (0x9d), DCS (0x90) and ST (0x9c); and the Unicode format characters that
-#: reorder or hide text on screen (bidirectional embeddings, overrides and isolates, the line and
-#: paragraph separators), which make a name read as another ("Trojan source").
-_UNSAFE_CLASS = "\x00-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069"
+#: CSI (0x9b), OSC (0x9d), DCS (0x90) and ST (0x9c); the Unicode format characters that reorder
+#: or hide text on screen (bidirectional marks, embeddings, overrides and isolates, the line and
+#: paragraph separators), which make a name read as another ("Trojan source"); and lone
+#: surrogates, which is how Python holds the bytes of a file name that are not UTF-8
+#: (``surrogateescape``): written out under that error handler, ``\udc9b`` is the raw byte 0x9b,
+#: a CSI, and under the strict one it is an exception in the middle of a report.
+_FORMAT_CLASS = "\u061c\u200e\u200f\u2028\u2029\u202a-\u202e\u2066-\u2069\ud800-\udfff"
+_UNSAFE_CLASS = "\x00-\x1f\x7f-\x9f" + _FORMAT_CLASS
 _UNSAFE = re.compile(f"[{_UNSAFE_CLASS}]")
 
 
@@ -40,9 +46,44 @@ def visible(text: str, *, layout: bool = False) -> str:
 
 
 #: Everything :data:`_UNSAFE` matches except tab (0x09) and newline (0x0a).
-_LAYOUT = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
+_LAYOUT = re.compile(f"[\x00-\x08\x0b-\x1f\x7f-\x9f{_FORMAT_CLASS}]")
 
 
 def has_control(text: str, *, layout: bool = False) -> bool:
     """Whether :func:`visible` would change ``text``."""
     return (_LAYOUT if layout else _UNSAFE).search(text) is not None
+
+
+class VisibleStream:
+    """A text stream that shows control characters as visible escapes: what is written to it
+    goes out through :func:`visible` (``layout``: tab and newline kept). The CLI puts its stdout
+    (text reports only: ``--json`` and data written to stdout stay byte-exact) and its stderr
+    behind one for the length of a command, a safety net under the renderers' own calls of
+    :func:`visible`: a name that reaches a ``print`` the renderers did not see is still shown, not
+    obeyed. gpuscope's own terminal sequences (the progress line's ``\\r\\x1b[2K``) are written
+    to :func:`raw_stream`. Everything but writing is the wrapped stream's (``fileno``,
+    ``isatty``, ``buffer``: bytes written there are not looked at)."""
+
+    def __init__(self, stream: Any) -> None:
+        self.raw = stream
+
+    def write(self, text: str) -> int:
+        self.raw.write(visible(text, layout=True))
+        return len(text)
+
+    def writelines(self, lines: Iterable[str]) -> None:
+        for line in lines:
+            self.write(line)
+
+    def __getattr__(self, name: str) -> Any:
+        if name == "raw":  # not set yet (a copy being made): no recursion through __getattr__
+            raise AttributeError(name)
+        return getattr(self.raw, name)
+
+
+def raw_stream(stream: Any) -> Any:
+    """The stream under a :class:`VisibleStream` (``stream`` itself if it is not one): for
+    gpuscope's own terminal sequences, whose text is made visible by the caller."""
+    while isinstance(stream, VisibleStream):
+        stream = stream.raw
+    return stream

@@ -8,6 +8,7 @@ screen reads through ``tui/data.py`` in workers, never on the UI thread.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from textual.app import App
 from textual.binding import Binding
@@ -17,6 +18,7 @@ from .screens.help import HelpScreen
 from .screens.live import LiveScreen
 from .screens.run import RunScreen
 from .screens.runs import RunsScreen
+from .text import safe_text
 
 SCREEN_ORDER = ("live", "runs", "run", "compare")
 
@@ -49,6 +51,11 @@ class GpuscopeApp(App[None]):
         self.compare_ids: list[int] = []
         # NO_COLOR (https://no-color.org): Textual sets self.no_color when the variable is
         # present, even empty, and greys the output; the screens read the same flag for glyphs
+
+    def notify(self, message: str, *, title: str = "", **kwargs: Any) -> None:  # type: ignore[override]
+        """Textual's notification, with the control characters of the names and file names a
+        message quotes shown as escapes (tui/text.py)."""
+        super().notify(safe_text(message, layout=True), title=safe_text(title), **kwargs)
 
     def action_next_screen(self) -> None:
         current = self.current_mode if self.current_mode in SCREEN_ORDER else SCREEN_ORDER[0]

@@ -5,12 +5,17 @@ Every store read opens the store read-only for one query and closes it at once, 
 holds the file, :func:`read_store` raises :class:`StoreBusy` and the screen says "store busy,
 retrying" and tries again at its next refresh. These functions block: screens call them from
 Textual workers (``@work(thread=True)``), never on the UI thread.
+
+What they return has every string shown with its control characters visible
+(:func:`tui.text.safe_data`): names come from other people's files, and each screen shows them.
 """
 from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
+
+from .text import safe_data
 
 T = TypeVar("T")
 
@@ -63,14 +68,14 @@ def runs(db: Path) -> list[dict[str, Any]]:
     """Every run, newest first (``gpuscope runs --json``'s rows)."""
     from gpuscope.store import read
 
-    return read_store(db, read.list_runs)
+    return safe_data(read_store(db, read.list_runs))
 
 
 def analysis(db: Path, run_id: int, top: int = 50) -> dict[str, Any]:
     """One run's analysis (``gpuscope analyze --json``'s document)."""
     from gpuscope.analyzers.breakdown import analyze_run
 
-    return read_store(db, lambda con: analyze_run(con, run_id, top=top))
+    return safe_data(read_store(db, lambda con: analyze_run(con, run_id, top=top)))
 
 
 #: The telemetry the run screen's timeline shows.
@@ -95,7 +100,7 @@ def run_detail(db: Path, run_id: int | None, top: int = 50) -> dict[str, Any]:
             "annotations": read.annotations(con, rid, RUN_TIMELINE_KINDS),
         }
 
-    return read_store(db, one)
+    return safe_data(read_store(db, one))
 
 
 def compare(db: Path, run_a: int, run_b: int, roof: str = "spec") -> dict[str, Any]:
@@ -106,4 +111,5 @@ def compare(db: Path, run_a: int, run_b: int, roof: str = "spec") -> dict[str, A
 
     doc_a, doc_b = read_store(db, lambda con: (analyze_run(con, run_a, roof=roof),
                                                analyze_run(con, run_b, roof=roof)))
-    return compare_docs(doc_a, doc_b)
+    # matched on the exact names, shown visible
+    return safe_data(compare_docs(doc_a, doc_b))

@@ -37,6 +37,7 @@ def run(args: argparse.Namespace) -> int:
     from ..analyzers.breakdown import analyze_run
     from ..analyzers.compare import compare_docs
     from ..render.compare import render_compare
+    from ..textsafe import visible
     from .common import db_path, print_json, run_ref_or_ingest, terminal_width
 
     db = db_path(args)
@@ -47,7 +48,7 @@ def run(args: argparse.Namespace) -> int:
         ra = store.resolve_run(con, ref_a, db)
         rb = store.resolve_run(con, ref_b, db)
         if ra.id == rb.id:
-            print(f"gpuscope compare: RUN_A and RUN_B are the same run ({ra.id} '{ra.name}'): every ratio is 1",
+            print(f"gpuscope compare: RUN_A and RUN_B are the same run ({ra.id} '{visible(ra.name)}'): every ratio is 1",
                   file=sys.stderr)
         doc_a = analyze_run(con, ra.id, roof=args.roof, gpu=args.gpu_a, specs_path=args.specs)
         doc_b = analyze_run(con, rb.id, roof=args.roof, gpu=args.gpu_b, specs_path=args.specs)

@@ -8,6 +8,8 @@ import time
 from collections.abc import Callable
 from typing import TextIO
 
+from ..textsafe import raw_stream, visible
+
 Progress = Callable[[str], None]
 
 #: The live line appears only once an ingest has run this long: short ones stay silent.
@@ -40,7 +42,7 @@ class ProgressLine:
 
     def __call__(self, msg: str) -> None:
         self._end_line()
-        print(f"gpuscope: {msg}", file=self.stream, flush=True)
+        print(f"gpuscope: {visible(msg)}", file=self.stream, flush=True)
 
     def tick(self, name: str, events: int, fraction_of_file: float, file_bytes: int) -> None:
         """``events`` parsed so far of file ``name`` (``file_bytes`` on disk), of which
@@ -52,13 +54,15 @@ class ProgressLine:
         self._last = now
         rate = events / max(elapsed, 1e-9)
         done = self.done_bytes + fraction_of_file * file_bytes
-        text = f"gpuscope: {name}: {events:,} events, {rate:,.0f} events/s"
+        text = f"gpuscope: {visible(name)}: {events:,} events, {rate:,.0f} events/s"
         if self.total_bytes and done > 0:
             share = min(done / self.total_bytes, 1.0)
             left = elapsed * (1 - share + AFTER_PARSE_SHARE) / share
             text += f", {share:.0%} read, about {_duration(left)} left"
         if self.live:
-            self.stream.write("\r\x1b[2K" + text)
+            # gpuscope's own sequence (back to the line's start, erase it), past the CLI's
+            # VisibleStream; the file name in it is shown visible above
+            raw_stream(self.stream).write("\r\x1b[2K" + text)
             self._shown = True
         else:
             self.stream.write(text + "\n")

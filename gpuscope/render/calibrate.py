@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..ceiling_metrics import METRIC_MATMUL, METRIC_MEM_BW, METRIC_MEM_READ, METRICS, dtype_order
+from ..textsafe import visible
 from .table import fmt_bw, fmt_flops, fmt_ns_time, table
 
 
@@ -62,4 +63,4 @@ def render_calibration(doc: dict[str, Any], db_path: str | None = None) -> str:
         lines.append(f"skipped {s['dtype']}: {s['reason']}")
     if doc["backend"] == "cpu":
         lines.append("note: CPU numbers describe the host through torch, not a GPU roof")
-    return "\n".join(lines)
+    return "\n".join(visible(line, layout=True) for line in lines)  # device and host names: control characters shown

@@ -3,6 +3,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from ..textsafe import visible
+
 if TYPE_CHECKING:
     from ..analyzers.ceiling import CeilingResult
 
@@ -23,4 +25,4 @@ def render_ceiling(r: CeilingResult) -> str:
     if r.notes:
         out.append("")
         out.extend(f"note: {n}" for n in r.notes)
-    return "\n".join(out)
+    return "\n".join(visible(line, layout=True) for line in out)  # GPU names: control characters shown

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..textsafe import visible
+
 
 def _gib(n: int | None) -> str:
     return f"{n / 2**30:.1f} GiB" if n else "?"
@@ -57,4 +59,5 @@ def render(doc: dict[str, Any], all_reasons: bool = False) -> str:
                     by_reason.setdefault(why, []).append(m)
                 for why, ms in by_reason.items():
                     lines.append(f"  missing {', '.join(ms)}: {why}")
-    return "\n".join(lines)
+    # device names and notes come from drivers and a recording's file: control characters shown
+    return "\n".join(visible(line, layout=True) for line in lines)

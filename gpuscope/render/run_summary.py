@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..textsafe import visible
 from .analysis import render_analysis
 from .table import DEFAULT_WIDTH
 
@@ -71,7 +72,7 @@ def _token_lines(tele: dict[str, Any]) -> list[str]:
 
 def render_run_summary(summary: dict[str, Any], top: int = 10, width: int = DEFAULT_WIDTH) -> str:
     """The summary ``gpuscope run`` prints at the end; its analysis fitted to ``width`` columns."""
-    out = [f"gpuscope run {summary['run_id']}: exit code {summary['exit_code']}  (run dir {summary['run_dir']})"]
+    out = [f"gpuscope run {summary['run_id']}: exit code {summary['exit_code']}  (run dir {visible(str(summary['run_dir']))})"]
     windows = summary.get("windows") or []
     traces = summary.get("traces") or []
     line = f"  profiler windows: {len(windows)}, traces: {len(traces)}, marks: {summary.get('marks', 0)}"
@@ -83,9 +84,9 @@ def render_run_summary(summary: dict[str, Any], top: int = 10, width: int = DEFA
                  f"{max(b for _, b in stalls) / 1e9:.1f} s to write its trace{' (longest)' if len(stalls) > 1 else ''}")
     out.append(line)
     if summary.get("ingest_error"):
-        out.append(f"  traces not ingested: {summary['ingest_error']}")
+        out.append(f"  traces not ingested: {visible(str(summary['ingest_error']))}")
     for note in (summary.get("profiler") or {}).get("notes") or ():
-        out.append(f"  profiler: {note}")
+        out.append(f"  profiler: {visible(str(note))}")
     otlp = summary.get("otlp")
     if otlp:
         failed = f" ({otlp['metric_export_failures']} failed)" if otlp.get("metric_export_failures") else ""
@@ -95,7 +96,8 @@ def render_run_summary(summary: dict[str, Any], top: int = 10, width: int = DEFA
                    + (", inside the caller's trace (TRACEPARENT)" if otlp.get("parent_traceparent") else ""))
     tele = summary.get("telemetry") or {}
     for g in tele.get("gpus", []):
-        out.append(f"  {g['key']} ({g.get('name') or '?'}): {_telemetry_stats(g['run'])}")
+        # device names and keys come from the GPU's driver, or from a replayed recording's file
+        out.append(f"  {visible(str(g['key']))} ({visible(str(g.get('name') or '?'))}): {_telemetry_stats(g['run'])}")
         for w in g.get("windows", []):
             if w["samples"]:
                 out.append(f"    during window (pid {w['pid']}): {_telemetry_stats(w)}")
@@ -111,15 +113,15 @@ def render_run_summary(summary: dict[str, Any], top: int = 10, width: int = DEFA
             line += f"; integrated power {tele['energy_integrated_j']:.1f} J"
         out.append(line)
     for note in tele.get("energy_notes") or ():
-        out.append(f"    {note}")
+        out.append(f"    {visible(str(note))}")
     out.extend(_token_lines(tele))
     if not tele.get("gpus"):
         if summary.get("replay"):
-            out.append(f"  no GPU telemetry (the recording {summary['replay']} has no GPU)")
+            out.append(f"  no GPU telemetry (the recording {visible(str(summary['replay']))} has no GPU)")
         else:
             out.append("  no GPU telemetry (no NVIDIA or AMD GPU found: see `gpuscope devices`)")
     doc = summary.get("analysis")
     if doc and summary.get("traces"):  # without a trace there is nothing to break down (the profiler line says why)
         out.append("")
         out.append(render_analysis(doc, top=top, width=width))
-    return "\n".join(out)
+    return "\n".join(visible(line, layout=True) for line in out)  # what a field above did not show

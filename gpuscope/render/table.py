@@ -1,11 +1,18 @@
 """Text tables and numbers with units: the table fitter (columns dropped in a stated order,
 one column narrowed, to fit a width), prose wrapped to a width, durations, rates, shares and
 times. Plain strings; no terminal library; nothing here prints or asks the terminal (the CLI
-measures it and passes the width)."""
+measures it and passes the width).
+
+Every cell, shortened name and line of prose goes through :func:`gpuscope.textsafe.visible`
+(:func:`one_line`) before it is measured: names come from other people's files, a control
+character in one is shown as an escape (``\\x1b``, four columns, counted as four), never handed
+to the terminal."""
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from typing import Any
+
+from ..textsafe import visible
 
 #: The width a report is fitted to when the caller gives none: the CLI's own when no terminal
 #: says otherwise (output to a pipe or a file).
@@ -46,17 +53,24 @@ def fmt_ns_time(ns: int | None) -> str:
     return datetime.datetime.fromtimestamp(ns / 1e9).strftime("%Y-%m-%d %H:%M:%S")
 
 
+def one_line(text: Any) -> str:
+    """``text`` as one line of a report: its control characters shown as escapes
+    (:func:`gpuscope.textsafe.visible`; tab and newline too, but as they always were here, a run of
+    whitespace is one space)."""
+    return " ".join(visible(str(text), layout=True).split())
+
+
 def shorten(text: str | None, width: int) -> str:
-    """``text`` cut to ``width`` characters with an ellipsis."""
+    """``text`` on one line (:func:`one_line`), cut to ``width`` characters with an ellipsis."""
     if text is None:
         return "-"
-    text = " ".join(str(text).split())
+    text = one_line(text)
     return text if len(text) <= width else text[: max(0, width - 1)] + "…"
 
 
 def whole(text: str | None, width: int) -> str:
-    """``text`` on one line, whole (``--wide``)."""
-    return "-" if text is None else " ".join(str(text).split())
+    """``text`` on one line (:func:`one_line`), whole (``--wide``)."""
+    return "-" if text is None else one_line(text)
 
 
 def fmt_flops(v: float) -> str:
@@ -82,6 +96,7 @@ def fmt_rate(value: float | None, unit: str) -> str:
 def wrap_prose(lines: list[str], width: int | None) -> str:
     """The report's lines, with any line still wider than the terminal (prose: notes, titles;
     tables are fitted already) wrapped, keeping its indent."""
+    lines = [visible(block, layout=True) for block in lines]  # no-ops on what is shown already
     if width is None:
         return "\n".join(lines)
     out = []
@@ -114,8 +129,8 @@ def table(headers: Sequence[str], rows: Sequence[Sequence[Any]], align: str | No
     tail of each value."""
     from .names import fit
 
-    headers = [str(h) for h in headers]
-    body = [["-" if c is None else " ".join(str(c).split()) for c in r] for r in rows]
+    headers = [one_line(h) for h in headers]  # SQL's column names are the user's
+    body = [["-" if c is None else one_line(c) for c in r] for r in rows]
     align = align or "l" * len(headers)
 
     def total(cols: list[int]) -> int:

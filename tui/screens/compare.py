@@ -25,6 +25,7 @@ from gpuscope.render.compare import _ratio as fmt_ratio  # the command's own spe
 from gpuscope.render.table import fmt_us, shorten
 
 from .. import data
+from ..text import safe_text
 from .runs import Column, cell_text, fit_columns
 
 #: how long to wait before reading again when the store was busy (seconds)
@@ -277,7 +278,7 @@ class CompareScreen(Screen[None]):
         head = self.query_one("#compare-head", Static)
         head.set_class(message == "store busy, retrying", "busy")
         if doc is None:
-            head.update(Text(message))
+            head.update(Text(safe_text(message, layout=True)))  # messages quote file names
             if message == "store busy, retrying":
                 self.set_timer(RETRY_S, lambda: self._want(list(self.pair or ())))
             return

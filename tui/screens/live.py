@@ -26,6 +26,7 @@ from textual.events import Resize
 from textual.screen import Screen
 from textual.widgets import Footer, Header, Static
 
+from ..text import safe_text
 from ..widgets.live_device import GPU_CELLS, HOST_CELLS, DeviceCard
 from ..widgets.live_history import bucket_seconds
 
@@ -160,7 +161,7 @@ class LiveScreen(Screen[None]):
     # -- building the cards once ---------------------------------------------------------------
     def _failed(self, why: str) -> None:
         self.failure = why
-        self.query_one("#live-status", Static).update(f"live telemetry could not start: {why}")
+        self.query_one("#live-status", Static).update(f"live telemetry could not start: {safe_text(why)}")
 
     def _status_text(self, devices: list[Any], vendors: list[Any]) -> str:
         app = self.app
@@ -175,7 +176,8 @@ class LiveScreen(Screen[None]):
                 if v.vendor == "replay" or v.vendor == "host":
                     continue
                 lines.append(f"{v.vendor}: found via {v.backend}" if v.available else f"{v.vendor}: {v.reason}")
-        return "\n".join(lines)
+        # the recording's file name, the vendors' reasons: shown with their control characters visible
+        return "\n".join(safe_text(line) for line in lines)
 
     def _started(self, devices: list[Any], vendors: list[Any]) -> None:
         self.vendors = vendors
@@ -191,7 +193,7 @@ class LiveScreen(Screen[None]):
         hosts = [d for d in devices if d.kind == "host"]
         if not hosts:
             why = next((v.reason for v in vendors if v.vendor == "host" and not v.available), None)
-            widgets.append(Static(f"host: {why or 'no host telemetry'}", id="host-missing", markup=False))
+            widgets.append(Static(f"host: {safe_text(why or 'no host telemetry')}", id="host-missing", markup=False))
         for d in hosts + [d for d in devices if d.kind != "host"]:
             card = DeviceCard(d, HOST_CELLS if d.kind == "host" else GPU_CELLS, bucket,
                               processes=d.kind != "host", columns=self._columns)
@@ -199,7 +201,7 @@ class LiveScreen(Screen[None]):
             self._shown_ts[d.key] = -1  # nothing shown yet: the first refresh shows "waiting"
             widgets.append(card)
         if not any(d.kind != "host" for d in devices):
-            reasons = [f"  {v.vendor}: {v.reason}" for v in vendors
+            reasons = [safe_text(f"  {v.vendor}: {v.reason}") for v in vendors
                        if not v.available and v.vendor not in ("host", "replay")]
             widgets.append(Static("\n".join(["no GPU found on this machine; showing the host only", *reasons]),
                                   id="no-gpu", classes="no-gpu", markup=False))

@@ -25,6 +25,7 @@ from textual.widgets import DataTable, Footer, Header, Input, Static
 from gpuscope.render.table import fmt_ns_time, fmt_us, shorten
 
 from .. import data
+from ..text import safe_text
 
 #: How often the table is read again (seconds): often enough to follow a recording run, rarely
 #: enough that the store is almost never held.
@@ -83,8 +84,9 @@ def fit_columns(columns: Sequence[Column], widths: dict[str, int], avail: int,
 
 
 def cell_text(value: Any, align: str) -> Text:
-    """A table cell as plain text (never markup: run and op names are data)."""
-    return Text("-" if value is None else str(value), justify="right" if align == "r" else "left",
+    """A table cell as plain text (never markup: run and op names are data), its control
+    characters shown (tui/text.py)."""
+    return Text("-" if value is None else safe_text(value), justify="right" if align == "r" else "left",
                 no_wrap=True, overflow="ellipsis")
 
 
@@ -328,13 +330,13 @@ class RunsScreen(Screen[None]):
         status = self.query_one("#runs-status", Static)
         status.set_class(self.store_message == "store busy, retrying", "busy")
         if self.store_message and (self.store_message != "store busy, retrying" or not self.rows):
-            status.update(Text(self.store_message))
+            status.update(Text(safe_text(self.store_message, layout=True)))
             return
         parts = [f"{n_matched} of {len(self.rows)} runs" if self.filter_text else f"{len(self.rows)} runs"]
         if n_in_table < n_matched:
             parts.append(f"first {n_in_table} listed, more from the last row")
         if self.filter_text:
-            parts.append(f"filter '{self.filter_text}'")
+            parts.append(f"filter '{safe_text(self.filter_text)}'")
         parts.append(f"sorted by {self.sort_key or 'newest'}{' (reversed)' if self.sort_reverse else ''}")
         if marks:
             parts.append("compare: " + " vs ".join(str(m) for m in marks) + ("" if len(marks) == 2 else " (c marks B)"))

@@ -28,6 +28,7 @@ from gpuscope.collectors.base import DeviceInfo, ProcessSample, Sample
 from gpuscope.metrics import METRICS_BY_NAME, HeldReadings
 from gpuscope.render.table import fmt_pct, fmt_rate, shorten
 
+from ..text import safe_text
 from .live_history import MetricHistory
 
 
@@ -102,7 +103,7 @@ def dom_id(key: str) -> str:
 
 
 def _one_line(text: str) -> str:
-    return " ".join(text.split())
+    return " ".join(safe_text(text, layout=True).split())
 
 
 def sparkline(data: Sequence[float], width: int) -> str:
@@ -186,6 +187,10 @@ class DeviceCard(Widget):
         return self._texts.get(key, "")
 
     def _title(self, lost_reason: str | None) -> str:
+        # a replayed recording's device names are somebody's text: control characters shown
+        return safe_text(self._title_parts(lost_reason))
+
+    def _title_parts(self, lost_reason: str | None) -> str:
         d = self.device
         if d.kind == "host":
             cpus = d.properties.get("cpus_logical")
@@ -286,7 +291,9 @@ class DeviceCard(Widget):
             if y >= len(self._lines):
                 strip = Strip.blank(width, base)
             else:
-                segs = [Segment(text, base + self._style(name)) for text, name in self._lines[y] if text]
+                # the card hands its strings to the terminal as they are: shown visible (a no-op
+                # on what _title and _processes_text made so already)
+                segs = [Segment(safe_text(text), base + self._style(name)) for text, name in self._lines[y] if text]
                 strip = Strip(segs).crop_extend(0, width, base)
             self._strips[y] = strip
         return strip
@@ -388,4 +395,5 @@ class DeviceCard(Widget):
                 parts.append(" ".join(bits))
             more = f" +{len(procs) - 4} more" if len(procs) > 4 else ""
             text = f"processes ({len(procs)}): " + " · ".join(parts) + more
-        return text
+        # process names come from other users' processes (/proc/PID/comm is theirs to set)
+        return safe_text(text)
