@@ -11,7 +11,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from ..errors import InputError
-from .common import positive_int
+from .common import positive_float, positive_int
 
 HELP = "export GPU and host telemetry over OpenTelemetry (OTLP) and Prometheus until stopped"
 DESCRIPTION = (
@@ -34,7 +34,7 @@ DEFAULT_EXPORT_INTERVAL_S = 10.0
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Add this command's arguments to its sub-parser."""
-    parser.add_argument("--interval", type=float, default=1.0, metavar="S",
+    parser.add_argument("--interval", type=positive_float, default=1.0, metavar="S",
                         help="seconds between samples (default 1; 0.01 to 3600)")
     parser.add_argument("--otlp", nargs="?", const="", default=None, metavar="URL",
                         help="export over OTLP, to URL (default: OTEL_EXPORTER_OTLP_METRICS_ENDPOINT / "
@@ -43,7 +43,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="grpc or http/protobuf (default: OTEL_EXPORTER_OTLP_METRICS_PROTOCOL / "
                              "OTEL_EXPORTER_OTLP_PROTOCOL, else http/protobuf)")
     parser.add_argument("--prometheus", default=None, metavar="[HOST:]PORT",
-                        help="serve /metrics on PORT (127.0.0.1 unless HOST is given)")
+                        help="serve /metrics on PORT (127.0.0.1 unless HOST is given: an IPv4 address, "
+                             "[IPV6] in brackets or a host name, e.g. 0.0.0.0:9464, [::1]:9464)")
     parser.add_argument("--prometheus-names", choices=("otel", "dcgm"), default="otel",
                         help="names on /metrics: otel (the OpenTelemetry names as the SDK's Prometheus reader "
                              "writes them, default) or dcgm (dcgm-exporter's names and labels, for NVIDIA and AMD "
@@ -54,23 +55,24 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "(default 5), the rest summed into one series")
     parser.add_argument("--db", default=None, metavar="PATH",
                         help="also keep the samples in this store, as one run (source monitor) per monitor session")
-    parser.add_argument("--retention", type=float, default=None, metavar="DAYS",
+    parser.add_argument("--retention", type=positive_float, default=None, metavar="DAYS",
                         help="with --db: delete monitor samples older than DAYS (at start, then hourly); "
                              "runs of other sources are never touched")
     parser.add_argument("--replay", default=None, metavar="FILE",
                         help="play a recording (gpuscope record) as the GPUs instead of this machine's")
-    parser.add_argument("--seconds", type=float, default=None, metavar="N", help="stop after N seconds")
+    parser.add_argument("--seconds", type=positive_float, default=None, metavar="N", help="stop after N seconds")
 
 
-def parse_listen(text: str) -> tuple[str, int]:
-    """``PORT``, ``HOST:PORT`` or ``[V6]:PORT`` -> (host, port); loopback unless named."""
-    host, sep, port = text.rpartition(":")
-    if not sep:
-        host, port = "127.0.0.1", text
-    host = host.strip("[]") if host else "127.0.0.1"
-    if not port.isdigit() or not 0 < int(port) < 65536:
-        raise InputError("--prometheus", f"expected [HOST:]PORT with a port from 1 to 65535, not {text!r}")
-    return host, int(port)
+def parse_listen(text: str) -> Any:
+    """``--prometheus``: ``PORT``, ``HOST:PORT`` or ``[V6]:PORT`` -> a
+    :class:`gpuscope.otel.endpoint.Listen`, loopback unless a host is named; parsed strictly
+    (:func:`gpuscope.otel.endpoint.parse_listen`), anything else an InputError naming the flag."""
+    from ..otel.endpoint import parse_listen as parse
+
+    try:
+        return parse(text)
+    except InputError as exc:
+        raise InputError("--prometheus", exc.message) from None
 
 
 def check_endpoint(url: str) -> str:
@@ -154,16 +156,6 @@ def run(args: argparse.Namespace) -> int:
             raise InputError("--retention", "given without --db")
         if not args.retention > 0:
             raise InputError("--retention", f"must be a positive number of days, not {args.retention}")
-    if args.db is not None:
-        from .. import store
-        from .._db import duckdb
-
-        store.check_store_path(args.db)
-        con = store.connect(args.db, retry_s=5.0)  # a store that cannot be opened, made or written fails here, not later
-        try:
-            con.close()
-        except duckdb.Error:  # its checkpoint on a full disk: nothing was written; the sink says so at its first write
-            pass
     listen = parse_listen(args.prometheus) if args.prometheus is not None else None
     protocol = endpoint = None
     export_s = DEFAULT_EXPORT_INTERVAL_S
@@ -179,6 +171,18 @@ def run(args: argparse.Namespace) -> int:
 
         replay = gpus_only(args.replay)  # InputError (exit 2) for a file that is not a recording
     check_installed(protocol, listen is not None)
+    # the store is opened (made, migrated) only once every other input is known good: a bad
+    # --replay or --prometheus must leave it as it was
+    if args.db is not None:
+        from .. import store
+        from .._db import duckdb
+
+        store.check_store_path(args.db)
+        con = store.connect(args.db, retry_s=5.0)  # a store that cannot be opened, made or written fails here, not later
+        try:
+            con.close()
+        except duckdb.Error:  # its checkpoint on a full disk: nothing was written; the sink says so at its first write
+            pass
 
     endpoint_server = None
     if listen is not None:
@@ -188,9 +192,9 @@ def run(args: argparse.Namespace) -> int:
 
         registry = CollectorRegistry()
         try:
-            endpoint_server = MetricsEndpoint(listen[0], listen[1], registry)
+            endpoint_server = MetricsEndpoint(listen, registry)
         except OSError as exc:
-            raise InputError("--prometheus", f"cannot listen on {listen[0]}:{listen[1]} ({exc.strerror or exc})") from None
+            raise InputError("--prometheus", f"cannot listen on {listen.shown()} ({exc.strerror or exc})") from None
     try:
         return _monitor(args, replay, protocol, endpoint, export_s, endpoint_server)
     finally:
@@ -271,7 +275,10 @@ def _monitor(args: argparse.Namespace, replay: Any, protocol: str | None, endpoi
             where.append(f"OTLP {protocol} to {queue.what} every {export_s:g} s")
         if args.db is not None:
             where.append(f"the store {args.db}" + (f" (keeping {args.retention:g} days)" if args.retention else ""))
-        what = ", ".join(f"{d.key} ({d.name or d.vendor})" for d in gpus) or "no GPU"
+        from ..textsafe import visible
+
+        # device names from a replayed recording are somebody's text: control characters shown
+        what = visible(", ".join(f"{d.key} ({d.name or d.vendor})" for d in gpus) or "no GPU")
         print(f"gpuscope monitor: {what} and the host every {args.interval:g} s; " + "; ".join(where),
               file=sys.stderr, flush=True)
         if args.per_process:

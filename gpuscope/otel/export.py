@@ -1,5 +1,6 @@
 """Where ``gpuscope monitor``'s metrics go: OTLP (HTTP or gRPC, the SDK's exporters) behind a
-bounded queue, and a Prometheus ``/metrics`` endpoint (the SDK's Prometheus reader).
+bounded queue, and the dcgm-exporter names for the Prometheus ``/metrics`` endpoint (the
+endpoint itself is :mod:`gpuscope.otel.endpoint`; :class:`MetricsEndpoint` is re-exported here).
 
 An OTLP endpoint that is down must not stop the monitor or flood its log: a failed export is
 queued (at most :data:`QUEUE_EXPORTS` exports; past that the oldest is dropped and counted in
@@ -12,8 +13,12 @@ import sys
 import threading
 import time
 from collections import deque
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
+
+from ..textsafe import visible
+from .endpoint import MetricsEndpoint
+
+__all__ = ["DcgmNames", "MetricsEndpoint", "QueueingExporter", "otlp_exporter"]
 
 #: Failed exports kept for a retry (each is one export interval of every point).
 QUEUE_EXPORTS = 60
@@ -108,47 +113,6 @@ class QueueingExporter:
             return MetricExportResult.SUCCESS
 
 
-class MetricsEndpoint:
-    """An HTTP server that answers ``GET /metrics`` (Prometheus text format from ``registry``)
-    and 404 for every other path. Bound at construction, so a port in use fails before the
-    monitor starts."""
-
-    def __init__(self, host: str, port: int, registry: Any) -> None:
-        from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
-
-        endpoint = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_GET(self) -> None:  # noqa: N802
-                if self.path.split("?", 1)[0] != "/metrics":
-                    self.send_error(404, "only /metrics is served here")
-                    return
-                body = endpoint.render() if endpoint.render is not None else generate_latest(registry)
-                self.send_response(200)
-                self.send_header("Content-Type", CONTENT_TYPE_LATEST)
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-
-            def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
-                pass  # scrapes are not news
-
-        self.registry = registry
-        #: when set, what the endpoint serves instead of the registry (the dcgm names)
-        self.render: Any = None
-        self.server = ThreadingHTTPServer((host, port), Handler)
-        self.server.daemon_threads = True
-        self.host, self.port = self.server.server_address[:2]
-        self._thread = threading.Thread(target=self.server.serve_forever, name="gpuscope-metrics", daemon=True)
-
-    def start(self) -> None:
-        self._thread.start()
-
-    def stop(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
-
-
 class DcgmNames:
     """The state's newest GPU values under dcgm-exporter's names and labels
     (:mod:`gpuscope.otel.dcgm`) in Prometheus' text format 0.0.4, written here rather than by
@@ -178,4 +142,7 @@ class DcgmNames:
 
 
 def _escape(value: str) -> str:
-    return value.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
+    """A label value in the text format: control characters (a recording's device names are
+    other people's text) as visible escapes, then the format's own backslash, newline (already
+    an escape by then) and quote."""
+    return visible(value).replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
