@@ -31,7 +31,8 @@ from typing import Any
 
 from ..errors import GpuscopeError, InputError, ParameterError
 from ..paths import user_umask
-from ..redact import redact_command
+from ..redact import redact_argv, redact_command
+from ..textsafe import raw_stream, visible
 from . import contract
 from .bootstrap import CHILD_FILES
 
@@ -90,13 +91,23 @@ def _check_command(cmd: list[str]) -> None:
     if not cmd:
         raise InputError("command", "nothing to run: give the command after `--` (gpuscope run -- python app.py)")
     exe = cmd[0]
+    shown = shown_program(exe)
     if os.sep in exe:
         if not Path(exe).exists():
-            raise InputError(exe, "no such file")
+            raise InputError(shown, "no such file")
         if not os.access(exe, os.X_OK):
-            raise InputError(exe, "not executable")
+            raise InputError(shown, "not executable")
     elif shutil.which(exe) is None:
-        raise InputError(exe, "command not found on PATH")
+        hint = " (to set a variable for the command, put `env` before it: env NAME=value CMD)" \
+            if re.match(r"[A-Za-z_][A-Za-z0-9_]*=", exe) else ""
+        raise InputError(shown, f"command not found on PATH{hint}")
+
+
+def shown_program(exe: str) -> str:
+    """The program's word as an error line quotes it: redacted like the stored command (a
+    variable typed where the program goes, ``HF_TOKEN=hf_...``, is not found, and its value is a
+    token; a URL with a password is no file)."""
+    return redact_argv([exe])[0]
 
 
 def _check_private_dir(path: Path, what: str) -> None:
@@ -283,7 +294,7 @@ def execute(opts: RunOptions, progress: Any = None) -> RunOutcome:
     except OSError as exc:
         sampler.stop()
         _finish(opts.db, run_id, "failed", None, time.time_ns())
-        raise InputError(opts.command[0], f"cannot start: {exc.strerror or exc}") from None
+        raise InputError(shown_program(opts.command[0]), f"cannot start: {exc.strerror or exc}") from None
     tree.roots = (child.pid,)
     previous: dict[int, Any] = {}
     stops: list[tuple[int, int]] = []  # (signal, ns) passed on to the child
@@ -541,11 +552,14 @@ def _wait(child: subprocess.Popen[Any], sampler: Any, live: Any, started_ns: int
                 done.set()
 
         threading.Thread(target=reap, name="gpuscope-wait", daemon=True).start()
+        # gpuscope's own sequences (back to the line's start, erase to its end) go past the CLI's
+        # VisibleStream; the device keys in the status are shown visible (_status)
+        err = raw_stream(sys.stderr)
         while not done.wait(STATUS_INTERVAL_S):
-            sys.stderr.write("\r" + _status(sampler, live, started_ns) + "\x1b[K")
-            sys.stderr.flush()
-        sys.stderr.write("\r\x1b[K")
-        sys.stderr.flush()
+            err.write("\r" + _status(sampler, live, started_ns) + "\x1b[K")
+            err.flush()
+        err.write("\r\x1b[K")
+        err.flush()
         code = child.wait()  # already reaped: returns its exit status
     # A child killed by a signal: the shell convention 128 + signal number.
     return code if code >= 0 else 128 - code
@@ -564,7 +578,7 @@ def _status(sampler: Any, live: Any, started_ns: int) -> str:
         if power is not None:
             bits.append(f"{power:4.0f} W")
         parts.append(" ".join(bits))
-    return " | ".join(parts)
+    return visible(" | ".join(parts))
 
 
 def _read_jsonl(path: Path) -> list[dict[str, Any]]:
