@@ -166,7 +166,7 @@ def test_record_command_host_only(tmp_path: Path, monkeypatch) -> None:
 
 
 @pytest.mark.parametrize("args, msg", [
-    (("--seconds", "0"), "--seconds: must be a positive"),
+    (("--seconds", "0"), "--seconds: '0' must be a number greater than 0"),
     (("--seconds", "1", "--interval", "0.001"), "--interval: must be between 0.01"),
 ])
 def test_record_command_bad_arguments(tmp_path: Path, args, msg) -> None:

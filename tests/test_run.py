@@ -44,7 +44,8 @@ def test_unknown_command_exits_2_and_leaves_no_run(tmp_path: Path) -> None:
     assert p.returncode == 2 and "no-such-program-xyz" in p.stderr and len(p.stderr.strip().splitlines()) == 1
     assert p.stderr.startswith("gpuscope run: ")
     p = gpuscope(db, "run", "--hz", "0", "--", "true")
-    assert p.returncode == 2 and p.stderr.startswith("gpuscope run: --hz")
+    assert p.returncode == 2 and p.stderr.startswith("gpuscope run: ") and "--hz" in p.stderr
+    assert len(p.stderr.strip().splitlines()) == 1
     assert not db.exists() or runs(db) == []
     p = gpuscope(db, "run")
     assert p.returncode == 2 and "nothing to run" in p.stderr

@@ -8,7 +8,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from .common import db_path, non_negative_int
+from .common import db_path, non_negative_int, positive_float
 
 HELP = "measure achievable matmul FLOP/s and memory bandwidth (measured roofs) and store them"
 DESCRIPTION = (
@@ -23,13 +23,6 @@ NEEDS_DB = True
 REPORTS = True
 
 
-def _float(text: str) -> float:
-    try:
-        return float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
-
-
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Add this command's arguments to its sub-parser."""
     parser.add_argument("--device", type=non_negative_int, metavar="N", help="GPU index as torch numbers it (default: the current one)")
@@ -37,7 +30,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="comma-separated matmul dtypes among fp64, fp32, tf32, fp16, bf16, fp8, int8 "
                              "(default: bf16,fp16,fp32,tf32,fp8 on a GPU, fp32,bf16 on the CPU)")
     parser.add_argument("--quick", action="store_true", help="a tiny sweep: a first look in a few seconds")
-    parser.add_argument("--seconds", type=_float, metavar="S",
+    parser.add_argument("--seconds", type=positive_float, metavar="S",
                         help="rough overall time budget (default 60 on a GPU, 20 on the CPU; --quick 12 / 2)")
     parser.add_argument("--cpu", action="store_true", help="calibrate the host CPU even when a GPU is present")
     parser.add_argument("--list", action="store_true", help="list the stored calibrations and measure nothing")

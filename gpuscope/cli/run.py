@@ -6,7 +6,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from .common import db_path, non_negative_int, positive_int, print_json, terminal_width
+from .common import db_path, non_negative_float, non_negative_int, positive_float, positive_int, print_json, terminal_width
 
 HELP = "run CMD with telemetry and profiler windows; store, analyze and summarize it"
 DESCRIPTION = (
@@ -23,14 +23,14 @@ REPORTS = True
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Add this command's arguments to its sub-parser."""
     parser.add_argument("--name", help="run name (default: the script or program name)")
-    parser.add_argument("--hz", type=float, default=10.0, help="telemetry samples per second (default 10, at most 100)")
-    parser.add_argument("--profile-delay", type=float, default=5.0, metavar="S",
+    parser.add_argument("--hz", type=positive_float, default=10.0, help="telemetry samples per second (default 10, at most 100)")
+    parser.add_argument("--profile-delay", type=non_negative_float, default=5.0, metavar="S",
                         help="seconds after the program imports torch before the first profiler window (default 5)")
-    parser.add_argument("--profile-duration", type=float, default=3.0, metavar="S",
+    parser.add_argument("--profile-duration", type=non_negative_float, default=3.0, metavar="S",
                         help="seconds each profiler window stays open (default 3)")
     parser.add_argument("--profile-windows", type=positive_int, default=1, metavar="N",
                         help="number of profiler windows per process (default 1)")
-    parser.add_argument("--profile-interval", type=float, default=None, metavar="S",
+    parser.add_argument("--profile-interval", type=non_negative_float, default=None, metavar="S",
                         help="seconds between windows (default: the delay)")
     parser.add_argument("--no-profile", action="store_true", help="telemetry only: no profiler windows")
     parser.add_argument("--tokens", type=non_negative_int,

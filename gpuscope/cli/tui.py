@@ -4,7 +4,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from .common import EXIT_OK, db_path
+from .common import EXIT_OK, db_path, float_between
 
 HELP = "terminal UI: live GPUs, runs, a run's roofline, compare"
 DESCRIPTION = ("The terminal UI: live telemetry of every GPU (NVML, AMD SMI) and the host; the stored "
@@ -21,7 +21,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Add this command's arguments to its sub-parser."""
     parser.add_argument("--replay", metavar="FILE",
                         help="play a recording (gpuscope record) as the live telemetry, e.g. on a machine without a GPU")
-    parser.add_argument("--interval", type=float, default=1.0, metavar="SECONDS",
+    parser.add_argument("--interval", type=float_between(MIN_INTERVAL_S, MAX_INTERVAL_S, "seconds"), default=1.0,
+                        metavar="SECONDS",
                         help=f"live refresh in seconds (default 1, at least {MIN_INTERVAL_S:g})")
 
 

@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any
 from ..errors import InputError
 from .devices import device_rows, map_devices
 from .progress import Progress, ProgressLine, quiet, stderr_progress
-from .read import MAX_INFLATE_RATIO, InflateLimitError, expand_paths, inputs_digest
+from .read import MAX_HEADER_BYTES, MAX_INFLATE_RATIO, InflateLimitError, expand_paths, inputs_digest, shown
 from .stage import STAGING_TABLES, TraceInfo, stage_traces
 from .write import GRAPH_EVENTS_KEY, write_run
 
@@ -40,7 +40,7 @@ if TYPE_CHECKING:  # pragma: no cover
     import duckdb
 
 __all__ = [
-    "GRAPH_EVENTS_KEY", "MAX_INFLATE_RATIO", "STAGING_TABLES", "InflateLimitError", "IngestResult", "Progress", "ProgressLine",
+    "GRAPH_EVENTS_KEY", "MAX_HEADER_BYTES", "MAX_INFLATE_RATIO", "STAGING_TABLES", "InflateLimitError", "IngestResult", "Progress", "ProgressLine",
     "TraceInfo", "default_run_name", "expand_paths", "ingest", "inputs_digest", "stage_traces", "stderr_progress",
 ]
 
@@ -120,7 +120,8 @@ def ingest(
     from .. import store
 
     store.check_store_path(db_path)  # before the parse: a bad --db should not cost a long ingest
-    files = expand_paths(paths)
+    left_out: list[str] = []  # directory entries named like traces that are not regular files
+    files = expand_paths(paths, left_out)
     explicit = {Path(p) for p in paths}
     con, infos, counts = stage_traces(files, progress, optional=[f for f in files if f not in explicit],
                                       max_inflate_ratio=max_inflate_ratio, threads=threads)
@@ -132,10 +133,10 @@ def ingest(
         ).fetchone()
         ann_rows = con.execute("SELECT count(*) FROM annotation_stage").fetchone()[0]
         if gpu_rows == 0 and op_rows == 0 and ann_rows == 0:
-            what = ", ".join(str(f) for f in files)
+            what = ", ".join(shown(f) for f in files)
             if counts.get("not_traces") and not infos:
                 # a folder of broken files: each file's own reason, not one summary that hides them
-                folders = ", ".join(str(p) for p in paths)
+                folders = ", ".join(shown(p) for p in paths)
                 raise InputError(folders, "no usable trace: " + "; ".join(counts["not_traces"]))
             if total_events == 0:
                 raise InputError(what, "the trace holds no events")
@@ -159,6 +160,8 @@ def ingest(
         loaded.update(ops=kept_ops, annotations=ann_rows, devices=len(devices))
         ignored_ops = op_rows - kept_ops
         notes = _notes(infos, counts, gpu_rows, op_rows)
+        if left_out:
+            notes.append("left out what is not a regular file: " + ", ".join(left_out))
         if ignored_ops:
             notes.append(f"{ignored_ops} CPU ops that launched no GPU work (nor contain one that did) were not stored; "
                          "ingest with --all-ops to keep them")
@@ -207,8 +210,9 @@ def _notes(infos: list[TraceInfo], counts: dict[str, Any], gpu_rows: int, op_row
     elif op_rows == 0:
         notes.append("no CPU side in the trace: kernels cannot be attributed to ops")
     for i in infos:
+        notes.extend(i.notes)
         if i.ts_relative and i.base_time_ns == 0:
-            notes.append(f"{i.path}: relative timestamps without baseTimeNanoseconds; absolute times are unknown")
+            notes.append(f"{shown(i.path)}: relative timestamps without baseTimeNanoseconds; absolute times are unknown")
     if counts["skipped"]:
         total = sum(counts["skipped"].values())
         reasons = ", ".join(f"{n} {r}" for r, n in counts["skipped"].items())

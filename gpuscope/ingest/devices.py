@@ -4,8 +4,8 @@ when the properties identify it exactly, the key of its entry in the GPU spec da
 """
 from __future__ import annotations
 
-import json
 from typing import TYPE_CHECKING, Any
+
 
 if TYPE_CHECKING:  # pragma: no cover
     import duckdb
@@ -25,7 +25,8 @@ def _device_properties(header: dict[str, Any]) -> dict[int, dict[str, Any]]:
             for k, v in props.items():
                 if isinstance(v, dict):
                     v = dict(v)
-                    v.setdefault("id", int(k) if str(k).isdigit() else k)
+                    # (ASCII digits only: "²".isdigit() is true, and int() of 5000 digits raises)
+                    v.setdefault("id", int(k) if k.isascii() and k.isdigit() and len(k) < 19 else k)
                     items.append(v)
     elif isinstance(props, list):
         items = props
@@ -102,7 +103,7 @@ def device_rows(
             "compute_capability": cc,
             "num_sms": _whole((props or {}).get("numSms"), 1 << 31),
             "warp_size": _whole((props or {}).get("warpSize"), 1 << 31),
-            "properties": json.dumps(props) if props else None,
+            "properties": stored_json(props) if props else None,
             "spec_key": _spec_key(specs, props, kind),
         })
     return rows
@@ -129,6 +130,13 @@ def _text(v: Any) -> str | None:
     return v.encode("utf-8", "replace").decode("utf-8")
 
 
+def stored_json(doc: Any) -> str:
+    """(:func:`.write.stored_json`, imported late: write imports stage, which imports this module)"""
+    from .write import stored_json as dumps
+
+    return dumps(doc)
+
+
 def _spec_db() -> Any:
     """The GPU spec database, or None when a user spec file does not load: that must not stop
     an ingest (analysis reports the broken file)."""
@@ -146,7 +154,12 @@ def _spec_key(specs: Any, props: dict[str, Any] | None, kind: str) -> str | None
         return None
     from ..device import match_trace_device
 
-    ident = match_trace_device(props, db=specs)
+    try:
+        ident = match_trace_device(props, db=specs)
+    except (ValueError, TypeError, ArithmeticError):
+        # a property the matcher cannot read (a compute capability of 5000 digits as text): a
+        # header like that identifies no device exactly, and must not stop the ingest
+        return None
     return ident.spec.key if ident.spec is not None and ident.exact else None
 
 

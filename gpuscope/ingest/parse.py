@@ -17,7 +17,8 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import GpuscopeError, InputError
 from ..kernel_names import MEMCPY_KERNEL_RE, MEMSET_KERNEL_RE
-from .read import MAX_INFLATE_RATIO, PartStream, SpooledTrace, spool_events
+from ..textsafe import visible
+from .read import MAX_INFLATE_RATIO, PartStream, SpooledTrace, shown, spool_events
 
 if TYPE_CHECKING:  # pragma: no cover
     import duckdb
@@ -61,6 +62,15 @@ _NUMERIC_TOP = ("ts", "dur")
 #: The staged events gpuscope uses (the others are only counted): they alone get times.
 USABLE_EVENTS = "cls IN ('gpu', 'op', 'runtime', 'annotation')"
 
+#: The times gpuscope stores, in ns, before and after the trace's ``baseTimeNanoseconds``: from
+#: -2^60 (36 years before the epoch) to 2^62 (the year 2116), durations under 2^60. Within these,
+#: a start plus a duration, and an end minus a start, always fit the 64-bit integers the store
+#: and its queries use; an event outside them (``"ts": 1e300``, ``"dur": 2**63``) is skipped as
+#: malformed, counted under its reason, rather than failing the ingest with an overflow.
+TS_MIN_NS = -(1 << 60)
+TS_MAX_NS = 1 << 62
+DUR_MAX_NS = 1 << 60
+
 
 def sql_str(s: str) -> str:
     """``s`` as a SQL string literal."""
@@ -81,7 +91,15 @@ def _file_list(files: Sequence[Path]) -> str:
     return "[" + ", ".join(sql_str(str(f)) for f in files) + "]"
 
 
-def _typed_source(files: Sequence[Path]) -> str:
+#: DuckDB's JSON reader reads one JSON object whole, up to ``maximum_object_size``: its
+#: default (16 MiB) first, then, for a trace with a larger event (valid JSON all the same),
+#: :data:`MAX_EVENT_BYTES`. An event is a few hundred bytes in real traces; one larger than that
+#: is refused in words, not as malformed JSON. Reading a 40 MB event costs about 150 MB.
+EVENT_BYTES = 16 << 20
+MAX_EVENT_BYTES = 64 << 20
+
+
+def _typed_source(files: Sequence[Path], object_bytes: int = EVENT_BYTES) -> str:
     """Events read by DuckDB into typed columns: the fast path. It fails on events that do not
     fit the types (a non-object element, a string ``ts``, duplicate keys in ``args``, ...)."""
     top = [k for _, k, _ in _FIELDS if not k.startswith("args.")]
@@ -105,11 +123,11 @@ def _typed_source(files: Sequence[Path]) -> str:
             sel.append(f"NULL AS {name}")
     return (
         f"SELECT 'OBJECT' AS jtype, {', '.join(sel)}, {_PART_SQL} AS part FROM read_json({_file_list(files)}, "
-        f"format='array', columns={{{', '.join(cols)}}}, maximum_object_size=16777216, filename=true)"
+        f"format='array', columns={{{', '.join(cols)}}}, maximum_object_size={int(object_bytes)}, filename=true)"
     )
 
 
-def _lenient_source(files: Sequence[Path]) -> str:
+def _lenient_source(files: Sequence[Path], object_bytes: int = EVENT_BYTES) -> str:
     """Events read as JSON text with every field pulled out by path: never fails on an event
     that is valid JSON, whatever its shape."""
     paths, sel = [], []
@@ -123,7 +141,7 @@ def _lenient_source(files: Sequence[Path]) -> str:
     return (
         f"SELECT json_type(json) AS jtype, {', '.join(sel)}, part FROM (SELECT json, json_extract_string(json, {plist}) "
         f"AS v, {_PART_SQL} AS part FROM read_json_objects({_file_list(files)}, format='array', "
-        f"maximum_object_size=16777216, filename=true))"
+        f"maximum_object_size={int(object_bytes)}, filename=true))"
     )
 
 
@@ -165,6 +183,8 @@ FROM (
              WHEN ts_us IS NULL OR NOT isfinite(ts_us) THEN 'malformed:no numeric ts'
              WHEN dur_us IS NULL OR NOT isfinite(dur_us) THEN 'malformed:no numeric dur'
              WHEN dur_us < 0 THEN 'malformed:negative dur'
+             WHEN ts_us < {TS_MIN_NS / 1000!r} OR ts_us >= {TS_MAX_NS / 1000!r} THEN 'malformed:ts out of range'
+             WHEN dur_us >= {DUR_MAX_NS / 1000!r} THEN 'malformed:dur out of range'
              WHEN lc IN ({gpu}) THEN 'gpu'
              WHEN lc IN ({ops}) AND name LIKE 'ProfilerStep#%' THEN 'annotation'
              WHEN lc IN ({ops}) THEN 'op'
@@ -182,7 +202,8 @@ FROM (
 #: ``cls`` as an ENUM (one byte a row instead of a 16-byte string slot).
 EV_DDL = (
     "CREATE TYPE ev_class AS ENUM ('gpu', 'op', 'runtime', 'annotation', 'ignored', 'malformed:not an object', "
-    "'malformed:no numeric ts', 'malformed:no numeric dur', 'malformed:negative dur')"
+    "'malformed:no numeric ts', 'malformed:no numeric dur', 'malformed:negative dur', 'malformed:ts out of range', "
+    "'malformed:dur out of range')"
 )
 _EV_TABLE_DDL = (
     "CREATE TEMP TABLE ev (trace_id INTEGER, cls ev_class, ph VARCHAR, cat VARCHAR, name VARCHAR, "
@@ -284,12 +305,34 @@ class Batches:
                          .replace("{k}", "empty"))
 
 
-def time_base(header: dict[str, Any]) -> int:
-    """The trace's ``baseTimeNanoseconds`` (what its ``ts`` count from), 0 when it has none."""
+def time_base(header: dict[str, Any], notes: list[str] | None = None, source: str = "") -> int:
+    """The trace's ``baseTimeNanoseconds`` (what its ``ts`` count from), 0 when it has none.
+    A value that is not a whole number of ns from 1 to :data:`TS_MAX_NS` (``2**63``, ``1e30``,
+    ``-5``, ``Infinity``, a string) is ignored, and said in ``notes``: the times stay relative
+    rather than the ingest failing on an overflow."""
     base = header.get("baseTimeNanoseconds")
-    if isinstance(base, (int, float)) and not isinstance(base, bool) and base > 0:
+    if base is None or base == 0:
+        return 0
+    if isinstance(base, (int, float)) and not isinstance(base, bool) and 0 < base <= TS_MAX_NS \
+            and float(base).is_integer():
         return int(base)
+    if notes is not None:
+        notes.append(f"{source}: baseTimeNanoseconds {header_value(base)} is not a time in ns "
+                     f"(a whole number from 1 to 2^62): ignored")
     return 0
+
+
+def header_value(value: Any, limit: int = 40) -> str:
+    """A header value as notes quote it: its JSON, shortened, control characters visible."""
+    import json
+
+    from ..textsafe import visible
+
+    try:
+        text = json.dumps(value)
+    except (TypeError, ValueError):
+        text = repr(value)
+    return visible(text if len(text) <= limit else text[: limit - 3] + "...")
 
 
 #: Parts parsed by one statement (at least two per DuckDB thread): the batch's rows are
@@ -369,18 +412,22 @@ def _insert_events(con: duckdb.DuckDBPyConnection, trace_id: int, source: Path, 
     """Read the events in ``files`` (one JSON array each) into ``ev``; returns how many went in."""
     from .._db import duckdb
 
-    for reader in (_typed_source, _lenient_source):
-        try:
-            return int(con.execute(_insert_sql(trace_id, 0, reader(files))).fetchone()[0])
-        except duckdb.OutOfMemoryException:
-            raise  # left to stage_traces, which retries without its memory limit
-        except (duckdb.IOException, duckdb.InterruptException) as exc:
-            raise GpuscopeError(f"{source}: {str(exc).splitlines()[0]}") from None
-        except duckdb.Error as exc:
-            if reader is _typed_source:
-                continue  # events that do not fit the typed reader: read them leniently
-            raise InputError(str(source), f"malformed JSON in the events ({_reader_error(exc, files)})") from None
-    raise AssertionError("unreachable")
+    for object_bytes in (EVENT_BYTES, MAX_EVENT_BYTES):
+        for reader in (_typed_source, _lenient_source):
+            try:
+                return int(con.execute(_insert_sql(trace_id, 0, reader(files, object_bytes))).fetchone()[0])
+            except duckdb.OutOfMemoryException:
+                raise  # left to stage_traces, which retries without its memory limit
+            except (duckdb.IOException, duckdb.InterruptException) as exc:
+                raise GpuscopeError(f"{shown(source)}: {visible(str(exc).splitlines()[0])}") from None
+            except duckdb.Error as exc:
+                if "maximum_object_size" in str(exc):
+                    break  # an event larger than the reader's buffer: valid JSON, read with a larger one
+                if reader is _typed_source:
+                    continue  # events that do not fit the typed reader: read them leniently
+                raise InputError(shown(source), f"malformed JSON in the events ({_reader_error(exc, files)})") from None
+    raise InputError(shown(source), f"an event is over {MAX_EVENT_BYTES >> 20} MiB of JSON, the most gpuscope reads "
+                                    "in one event (real events are a few hundred bytes)")
 
 
 def _reader_error(exc: Exception, files: Sequence[Path]) -> str:
@@ -396,7 +443,7 @@ def _reader_error(exc: Exception, files: Sequence[Path]) -> str:
         msg = m.group(1)
     if msg == "input length is 0":
         msg = "an empty element in the event array (a stray comma?)"
-    return msg
+    return visible(msg)
 
 
 #: Categories of accelerators that are not GPUs gpuscope models (their events are ingested).

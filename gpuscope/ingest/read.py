@@ -17,6 +17,7 @@ import json
 import os
 import re
 import shutil
+import stat
 import tempfile
 import threading
 import zlib
@@ -26,16 +27,46 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .. import fileio
 from ..errors import GpuscopeError, InputError
+from ..fileio import describe_mode, not_regular_words
+from ..textsafe import visible
 
 CHUNK_BYTES = 1 << 20
-HEAD_LIMIT_BYTES = 64 << 20
+#: The most JSON a trace may hold before its ``traceEvents`` array (its header: Kineto writes
+#: ``schemaVersion``, ``deviceProperties``, ``distributedInfo``, a few KB even for 8 GPUs), and
+#: after it (``traceName``, ``baseTimeNanoseconds``). The header becomes Python objects, so an
+#: unbounded one was a way to make ingest take minutes and gigabytes from a small ``.gz``
+#: (a 60 MB array in 58 KB of gzip: 82 s, 840 MB); past this it is refused, in one line.
+MAX_HEADER_BYTES = 4 << 20
 #: How much of a trace's end is searched for the close of ``traceEvents`` (and the keys after).
-TAIL_WINDOWS = (1 << 20, 64 << 20)
+TAIL_WINDOWS = (1 << 20, MAX_HEADER_BYTES + (1 << 20))
 TRACE_SUFFIXES = (".json", ".json.gz")
 #: Nesting deeper than this is refused as bad input rather than parsed.
 MAX_NESTING = 512
 _DEEP_RE = re.compile(rb"(?:\[\s*){%d}" % MAX_NESTING)
+
+
+def shown(path: Path | str) -> str:
+    """A path as error messages and notes name it: its control characters (a newline, an ESC in
+    a file name someone else chose) as visible escapes, so that a message stays one readable line."""
+    return visible(str(path))
+
+
+def _kind(mode: int) -> str:
+    return describe_mode(mode)
+
+
+def not_regular(path: Path, mode: int) -> InputError:
+    """The error for a trace path that is not a regular file (a FIFO, a device, a socket, a pipe
+    behind ``/dev/stdin`` or ``/proc/self/fd/N``): reading one could block forever or never end."""
+    return InputError(shown(path), not_regular_words(mode, "trace"))
+
+
+def open_regular(path: Path) -> Any:
+    """``path`` opened for binary reading, refused (:class:`InputError`) unless it is a regular
+    file, without ever blocking (:func:`gpuscope.fileio.open_regular`)."""
+    return fileio.open_regular(path, "trace", shown=shown(path))
 
 
 @dataclass
@@ -54,6 +85,8 @@ class SpooledTrace:
     json_bytes: int
     #: The spool's parts in order, each a JSON array (``[spool]`` when it was not cut).
     parts: list[Path] = field(default_factory=list)
+    #: JSON decodes the header took (a handful, whatever its size up to :data:`MAX_HEADER_BYTES`).
+    header_decodes: int = 0
 
 
 class InflateLimitError(InputError):
@@ -77,12 +110,8 @@ class _Input:
         self.path = path
         self.max_inflate_ratio = max_inflate_ratio
         self.inflated_bytes = 0
-        try:
-            raw = open(path, "rb")
-        except IsADirectoryError:
-            raise InputError(str(path), "is a directory") from None
-        except OSError as exc:
-            raise InputError(str(path), f"cannot be read ({exc.strerror or exc})") from None
+        self.source = shown(path)
+        raw = open_regular(path)
         magic = raw.read(2)
         raw.seek(0)
         self.gzipped = magic == b"\x1f\x8b"
@@ -94,11 +123,11 @@ class _Input:
         try:
             data = self._f.read(n)
         except EOFError:
-            raise InputError(str(self.path), "truncated gzip file (it ends before the end of its compressed stream)") from None
+            raise InputError(self.source, "truncated gzip file (it ends before the end of its compressed stream)") from None
         except (gzip.BadGzipFile, zlib.error) as exc:
-            raise InputError(str(self.path), f"corrupt gzip data ({exc})") from None
+            raise InputError(self.source, f"corrupt gzip data ({exc})") from None
         except OSError as exc:
-            raise InputError(str(self.path), f"read error ({exc})") from None
+            raise InputError(self.source, f"read error ({exc})") from None
         if not data:
             self.eof = True
         elif self.gzipped:
@@ -107,7 +136,7 @@ class _Input:
                 compressed = max(self._raw.tell(), 1)
                 if self.inflated_bytes > self.max_inflate_ratio * compressed:
                     raise InflateLimitError(
-                        str(self.path),
+                        self.source,
                         f"refused: its first {compressed / 1e6:.1f} MB of gzip inflate to "
                         f"{self.inflated_bytes / 1e6:.0f} MB, more than {self.max_inflate_ratio:g}x "
                         f"(the limit; real traces inflate about 20x): a gzip bomb? "
@@ -127,23 +156,45 @@ _WS = " \t\r\n"
 _DECODER = json.JSONDecoder()
 
 
+_WS_RE = re.compile(r"[ \t\r\n]*")
+
+
 def _skip_ws(text: str, i: int) -> int:
-    n = len(text)
-    while i < n and text[i] in _WS:
-        i += 1
-    return i
+    return _WS_RE.match(text, i).end()  # type: ignore[union-attr]  # (matches the empty string)
 
 
 class _NeedMore(Exception):
     """The buffered head ends inside a value: read more and parse again."""
 
 
-def _parse_head(text: str, at_eof: bool, source: str) -> tuple[str, dict[str, Any], int]:
+@dataclass
+class _HeadState:
+    """How far :func:`_parse_head` got in an unfinished head: the keys parsed so far and the
+    index just after the last whole key-value pair, so that the next try goes on from there
+    instead of decoding the header again from its start."""
+
+    header: dict[str, Any] = field(default_factory=dict)
+    resume: int | None = None
+    first: bool = True
+    #: JSON decodes run (what the tests count: each one is a pass over part of the header).
+    decodes: int = 0
+
+
+def _incomplete(exc: json.JSONDecodeError, text: str, at_eof: bool) -> bool:
+    """Whether a decode error may only mean that the buffered text ends inside the value: a
+    string still open (Python names the string's start, which may be megabytes back) or an
+    error within the last characters (``tru``, ``-Infinit``, half a ``\\u`` escape)."""
+    return not at_eof and (exc.msg.startswith("Unterminated string") or exc.pos >= len(text) - 16)
+
+
+def _parse_head(text: str, at_eof: bool, source: str, state: _HeadState | None = None) -> tuple[str, dict[str, Any], int]:
     """Parse the start of a trace up to the ``[`` of its events.
 
     Returns ``(form, header, index of '[')``; raises :class:`_NeedMore` when ``text`` ends
-    before that point and more input exists.
+    before that point and more input exists. With ``state``, a second call on a longer
+    ``text`` goes on after the last whole key-value pair of the first.
     """
+    state = state if state is not None else _HeadState()
 
     def need(i: int) -> None:
         if i >= len(text):
@@ -151,21 +202,25 @@ def _parse_head(text: str, at_eof: bool, source: str) -> tuple[str, dict[str, An
                 raise InputError(source, "truncated JSON (the file ends inside the trace header)")
             raise _NeedMore
 
-    i = _skip_ws(text, 1 if text.startswith("\ufeff") else 0)
-    if i >= len(text):
-        if at_eof:
-            raise InputError(source, "empty file (no JSON in it)")
-        raise _NeedMore
-    if text[i] == "[":
-        return "array", {}, i
-    if text[i] != "{":
-        if "\x00" in text[:512] or not text[i].isprintable():
-            raise InputError(source, "not a JSON trace (binary data)")
-        snippet = text[i : i + 20].splitlines()[0] if text[i:].strip() else ""
-        raise InputError(source, f"not JSON (starts with {snippet!r})")
-    header: dict[str, Any] = {}
-    i += 1
-    first = True
+    header = state.header
+    if state.resume is not None:
+        i, first = state.resume, state.first
+    else:
+        i = _skip_ws(text, 1 if text.startswith("\ufeff") else 0)
+        if i >= len(text):
+            if at_eof:
+                raise InputError(source, "empty file (no JSON in it)")
+            raise _NeedMore
+        if text[i] == "[":
+            return "array", {}, i
+        if text[i] != "{":
+            if "\x00" in text[:512] or not text[i].isprintable():
+                raise InputError(source, "not a JSON trace (binary data)")
+            snippet = text[i : i + 20].splitlines()[0] if text[i:].strip() else ""
+            raise InputError(source, f"not JSON (starts with {visible(repr(snippet))})")
+        i += 1
+        first = True
+        state.resume, state.first = i, first
     while True:
         i = _skip_ws(text, i)
         need(i)
@@ -179,9 +234,10 @@ def _parse_head(text: str, at_eof: bool, source: str) -> tuple[str, dict[str, An
             need(i)
         first = False
         try:
+            state.decodes += 1
             key, i = _DECODER.raw_decode(text, i)
         except json.JSONDecodeError as exc:
-            if not at_eof and exc.pos >= len(text) - 1:
+            if _incomplete(exc, text, at_eof):
                 raise _NeedMore from None
             raise InputError(source, f"malformed JSON in the trace header ({exc.msg} at character {exc.pos})") from None
         if not isinstance(key, str):
@@ -197,44 +253,68 @@ def _parse_head(text: str, at_eof: bool, source: str) -> tuple[str, dict[str, An
                 raise InputError(source, "'traceEvents' is not a list")
             return "object", header, i
         try:
+            state.decodes += 1
             value, i = _DECODER.raw_decode(text, i)
         except RecursionError:
-            raise InputError(source, f"JSON nested too deeply in the top-level key {key!r}") from None
+            raise InputError(source, f"JSON nested too deeply in the top-level key {visible(repr(key))}") from None
         except json.JSONDecodeError as exc:
-            if not at_eof and exc.pos >= len(text) - 1:
+            if _incomplete(exc, text, at_eof):
                 raise _NeedMore from None
             raise InputError(source, f"malformed JSON in the trace header ({exc.msg} at character {exc.pos})") from None
         header[key] = value
+        state.resume, state.first = i, False
 
 
-def _parse_rest(text: str, i: int) -> dict[str, Any] | None:
+#: What :func:`_parse_rest` found from a position on: None (not a remainder), or the key-value
+#: pairs from there to the end (a shared list and the index of the first).
+_RestMemo = dict[int, "tuple[list[tuple[str, Any]], int] | None"]
+
+
+def _parse_rest(text: str, i: int, memo: _RestMemo | None = None) -> dict[str, Any] | None:
     """Parse ``text[i:]`` as what follows the closing ``]`` of ``traceEvents``:
     ``(, "key": value)* }`` and nothing else. Returns the keys found, or None when it is not
-    such a remainder."""
-    out: dict[str, Any] = {}
+    such a remainder.
+
+    ``memo`` (shared by the calls on one ``text``) keeps what each position between two pairs
+    turned out to be: the candidates for the close of the array may be thousands of ``]`` in a
+    row of pairs before one large value (``"a1": [{}], "a2": [{}], ..., "big": [...]``), and
+    without it each would decode the large value again (minutes for a 3 MB file)."""
+    memo = {} if memo is None else memo
+    pairs: list[tuple[str, Any]] = []
+    visited: list[tuple[int, int]] = []
     n = len(text)
     i = _skip_ws(text, i)
+    result: list[tuple[str, Any]] | None = None
     try:
         while True:
+            if i in memo:
+                known = memo[i]
+                result = None if known is None else pairs + known[0][known[1]:]
+                break
+            visited.append((i, len(pairs)))
             if i >= n:
-                return None
+                break
             c = text[i]
             if c == "}":
-                return out if _skip_ws(text, i + 1) == n else None
+                result = pairs if _skip_ws(text, i + 1) == n else None
+                break
             if c != ",":
-                return None
+                break
             i = _skip_ws(text, i + 1)
             key, i = _DECODER.raw_decode(text, i)
             if not isinstance(key, str):
-                return None
+                break
             i = _skip_ws(text, i)
             if i >= n or text[i] != ":":
-                return None
+                break
             value, i = _DECODER.raw_decode(text, _skip_ws(text, i + 1))
-            out[key] = value
+            pairs.append((key, value))
             i = _skip_ws(text, i)
     except (json.JSONDecodeError, RecursionError, IndexError):
-        return None
+        result = None
+    for pos, k in visited:
+        memo[pos] = None if result is None else (result, k)
+    return None if result is None else dict(result)
 
 
 def _find_events_end(tail: bytes, source: str) -> tuple[int, dict[str, Any]]:
@@ -248,6 +328,7 @@ def _find_events_end(tail: bytes, source: str) -> tuple[int, dict[str, Any]]:
     ``deviceProperties``).
     """
     text = tail.decode("utf-8", "surrogateescape")
+    memo: _RestMemo = {}
     best: tuple[int, dict[str, Any]] | None = None
     for strict in (True, False):  # the lax pass only for a last element that is not an object
         pos = len(text)
@@ -261,7 +342,7 @@ def _find_events_end(tail: bytes, source: str) -> tuple[int, dict[str, Any]]:
                 j -= 1
             if not strict or (j >= 0 and text[j] in "}["):
                 checks += 1
-                rest = _parse_rest(text, pos + 1)
+                rest = _parse_rest(text, pos + 1, memo)
                 if rest is not None and (best is None or len(rest) >= len(best[1])):
                     best = (pos, rest)
         if best is not None:
@@ -274,6 +355,14 @@ def _find_events_end(tail: bytes, source: str) -> tuple[int, dict[str, Any]]:
 def _events_end(out: Any, size: int, form: str, header: dict[str, Any], source: str) -> int:
     """Byte offset just past the events array in the spool file ``out`` (``size`` bytes long),
     found by reading its end back from disk; the keys after the array go into ``header``."""
+    # Trailing whitespace (any amount: it costs nothing in a .gz) is not part of the windows.
+    while size > 0:
+        start = max(0, size - CHUNK_BYTES)
+        out.seek(start)
+        kept = out.read(size - start).rstrip(b" \t\r\n")
+        size = start + len(kept)
+        if kept:
+            break
     for window in TAIL_WINDOWS:
         start = max(0, size - window)
         out.seek(start)
@@ -372,23 +461,34 @@ def spool_events(path: Path, spool_dir: Path, stop: threading.Event | None = Non
     only at the end of the file). Memory stays within a few MiB whatever the size of the trace.
     Setting ``stop`` (from another thread) ends it at the next MiB with :class:`SpoolStopped`.
     ``progress`` is told the share of the file read so far."""
-    source = str(path)
+    source = shown(path)
     inp = _Input(path, max_inflate_ratio)
     size = max(path.stat().st_size, 1)
     writer: _PartWriter | None = None
     try:
         head = bytearray()
+        state = _HeadState()
+        try_at = 0
+        too_big = InputError(source, f"the trace header (the JSON before its 'traceEvents' array) is over "
+                                     f"{MAX_HEADER_BYTES >> 20} MiB, the most gpuscope reads (a Kineto header is a few KB)")
         while True:
-            chunk = inp.read(CHUNK_BYTES)
-            head += chunk
+            head += inp.read(CHUNK_BYTES)
+            if not inp.eof and len(head) < try_at:
+                continue
             text = head.decode("utf-8", "surrogateescape")
             try:
-                form, header, start = _parse_head(text, inp.eof, source)
+                form, header, start = _parse_head(text, inp.eof, source, state)
                 break
             except _NeedMore:
-                if len(head) > HEAD_LIMIT_BYTES:
-                    raise InputError(source, f"no 'traceEvents' array in the first {HEAD_LIMIT_BYTES >> 20} MiB") from None
+                if len(head) > MAX_HEADER_BYTES:
+                    raise too_big from None
+                # Try again once the head has doubled: a value that spans many reads (a long
+                # string, a large array) is decoded a few times, not once per MiB.
+                try_at = min(2 * len(head), MAX_HEADER_BYTES + CHUNK_BYTES)
         start_byte = len(text[:start].encode("utf-8", "surrogateescape"))
+        if start_byte > MAX_HEADER_BYTES:
+            raise too_big
+        header_decodes = state.decodes
         written = 0
         try:
             writer = _PartWriter(spool_dir, part_bytes, on_part)
@@ -415,7 +515,8 @@ def spool_events(path: Path, spool_dir: Path, stop: threading.Event | None = Non
         inp.close()
         if writer is not None:
             writer.close()
-    return SpooledTrace(path, writer.parts[-1], header, form, path.stat().st_size, json_bytes, list(writer.parts))
+    return SpooledTrace(path, writer.parts[-1], header, form, path.stat().st_size, json_bytes, list(writer.parts),
+                        header_decodes)
 
 
 def inputs_digest(files: Sequence[Path]) -> str:
@@ -426,30 +527,48 @@ def inputs_digest(files: Sequence[Path]) -> str:
     whole = hashlib.sha256()
     for f in files:
         h = hashlib.sha256()
-        with open(f, "rb") as fh:
+        with open_regular(f) as fh:
             for block in iter(lambda: fh.read(1 << 20), b""):
                 h.update(block)
         whole.update(h.digest())
     return whole.hexdigest()
 
 
-def expand_paths(paths: Iterable[str | Path]) -> list[Path]:
+def expand_paths(paths: Iterable[str | Path], skipped: list[str] | None = None) -> list[Path]:
     """Files as given; directories expanded to every ``*.json`` / ``*.json.gz`` inside
-    (recursively, sorted). Raises :class:`InputError` for a missing path or an empty directory."""
+    (recursively, sorted). Raises :class:`InputError` for a missing path, an empty directory, or
+    a path given that is not a regular file (a FIFO, a device, a socket: ``stat``, never opened).
+    Entries of a directory with a trace's name that are not regular files are left out, each
+    named in ``skipped`` when it is given."""
     out: list[Path] = []
     for p in paths:
         path = Path(p)
-        if not path.exists():
-            raise InputError(str(path), "no such file or directory")
-        if path.is_dir():
-            found = sorted(
-                f for f in path.rglob("*") if f.is_file() and f.name.lower().endswith(TRACE_SUFFIXES)
-            )
+        try:
+            mode = path.stat().st_mode  # follows links: a link to a trace is a trace
+        except FileNotFoundError:
+            raise InputError(shown(path), "no such file or directory") from None
+        except OSError as exc:  # a link loop, a name too long, no permission
+            raise InputError(shown(path), f"cannot be read ({exc.strerror or exc})") from None
+        if stat.S_ISDIR(mode):
+            found = []
+            for f in path.rglob("*"):
+                if not f.name.lower().endswith(TRACE_SUFFIXES):
+                    continue
+                try:
+                    entry = f.stat().st_mode
+                except OSError:  # a dangling link or a loop: not a trace
+                    entry = None
+                if entry is not None and stat.S_ISREG(entry):
+                    found.append(f)
+                elif skipped is not None and (entry is None or not stat.S_ISDIR(entry)):
+                    skipped.append(f"{shown(f)} ({_kind(entry) if entry is not None else 'unreadable'})")
             if not found:
-                raise InputError(str(path), "directory holds no trace files (*.json, *.json.gz, *.pt.trace.json[.gz])")
-            out.extend(found)
-        else:
+                raise InputError(shown(path), "directory holds no trace files (*.json, *.json.gz, *.pt.trace.json[.gz])")
+            out.extend(sorted(found))
+        elif stat.S_ISREG(mode):
             out.append(path)
+        else:
+            raise not_regular(path, mode)
     if not out:
         raise InputError("ingest", "no trace files given")
     seen: set[Path] = set()

@@ -14,10 +14,11 @@ from typing import TYPE_CHECKING, Any
 from ..errors import GpuscopeError, InputError
 from .link import link_kernels, split_events
 from .parse import (
-    Batches, count_events, count_graph_events, load_trace, sql_str, time_base, usable_events,
+    DUR_MAX_NS, TS_MAX_NS, TS_MIN_NS, Batches, count_events, count_graph_events, header_value, load_trace, sql_str,
+    time_base, usable_events,
 )
 from .progress import Progress, ProgressLine, quiet
-from .read import MAX_INFLATE_RATIO, InflateLimitError, PartStream, SpoolAhead
+from .read import MAX_INFLATE_RATIO, InflateLimitError, PartStream, SpoolAhead, open_regular, shown
 
 if TYPE_CHECKING:  # pragma: no cover
     import duckdb
@@ -50,12 +51,28 @@ class TraceInfo:
     #: Events named ``*StreamBeginCapture`` and ``*GraphLaunch`` (any category): design.md §4.2
     #: leaves out a trace that only captures graphs beside one that launches them.
     graph_events: dict[str, int] = field(default_factory=dict)
+    #: What the user should know about this trace's header: fields out of range, ignored.
+    notes: list[str] = field(default_factory=list)
 
 
-def _rank(header: dict[str, Any]) -> int | None:
+#: A rank is stored as a 32-bit integer (``traces.rank``); torch.distributed's are from 0.
+MAX_RANK = (1 << 31) - 1
+
+
+def _rank(header: dict[str, Any], notes: list[str] | None = None, source: str = "") -> int | None:
+    """``distributedInfo.rank``: a whole number from 0 to :data:`MAX_RANK`; anything else
+    (``2**70``, ``-1``, ``"0"``, ``true``) is ignored, and said in ``notes``."""
     info = header.get("distributedInfo")
-    if isinstance(info, dict) and isinstance(info.get("rank"), int):
-        return int(info["rank"])
+    if not isinstance(info, dict) or info.get("rank") is None:
+        return None
+    rank = info["rank"]
+    if isinstance(rank, float) and rank.is_integer():
+        rank = int(rank)
+    if isinstance(rank, int) and not isinstance(rank, bool) and 0 <= rank <= MAX_RANK:
+        return rank
+    if notes is not None:
+        notes.append(f"{source}: distributedInfo.rank {header_value(rank)} is not a rank (a whole number from 0 "
+                     f"to {MAX_RANK}): ignored")
     return None
 
 
@@ -122,7 +139,7 @@ def stage_traces(
     try:
         return _stage_traces(paths, progress, optional, None, max_inflate_ratio, threads)
     except duckdb.OutOfMemoryException as exc:
-        what = ", ".join(str(p) for p in paths)
+        what = ", ".join(shown(p) for p in paths)
         raise GpuscopeError(f"{what}: {str(exc).splitlines()[0]}") from None
 
 
@@ -184,7 +201,7 @@ def _stage_into(
         except InputError as exc:
             if path in optional and len(paths) > 1 and not isinstance(exc, InflateLimitError):
                 batches.delete_trace(trace_id)
-                not_traces.append(f"{path.name} ({exc.message})")
+                not_traces.append(f"{shown(path.name)} ({exc.message})")
                 continue
             raise
         json_total += spooled.json_bytes
@@ -195,14 +212,16 @@ def _stage_into(
         usable, min_ts = usable_events(batches, trace_id)
         if path in optional and len(paths) > 1 and not usable:
             batches.delete_trace(trace_id)
-            not_traces.append(f"{path.name} (no trace events)")
+            not_traces.append(f"{shown(path.name)} (no trace events)")
             continue
-        base = time_base(spooled.header)
+        header_notes: list[str] = []
+        base = time_base(spooled.header, header_notes, shown(path))
         # (no base: ts_ns is ts in µs times 1000)
         relative = base > 0 or (min_ts is not None and min_ts < ABSOLUTE_US_THRESHOLD * 1000)
         infos.append(
             TraceInfo(trace_id, str(path), spooled.form, spooled.size_bytes, spooled.json_bytes, n,
-                      base, relative, _rank(spooled.header), spooled.header)
+                      base, relative, _rank(spooled.header, header_notes, shown(path)), spooled.header,
+                      notes=header_notes)
         )
     progress("linking kernels to launches and ops")
     batches.ensure_shape()
@@ -228,7 +247,14 @@ _TIMED_COLUMNS = (("kernel_stage", ("ts_ns", "launch_ts_ns")), ("op_stage", ("ts
 def apply_time_bases(con: duckdb.DuckDBPyConnection, infos: Sequence[TraceInfo]) -> None:
     """Add each trace's ``baseTimeNanoseconds`` to its staged times (they were parsed before
     the base, which Kineto writes after the events, was read). Linking compares times within a
-    trace only, so it does not need them."""
+    trace only, so it does not need them. A base that would take a trace's times out of the
+    range the store keeps (:data:`~.parse.TS_MIN_NS` to :data:`~.parse.TS_MAX_NS`) is ignored,
+    with a note, instead of overflowing."""
+    for info in infos:
+        if info.base_time_ns and not _base_fits(con, info.trace_id, info.base_time_ns):
+            info.notes.append(f"{shown(info.path)}: baseTimeNanoseconds {info.base_time_ns} takes the trace's times "
+                              f"past 2^62 ns (the year 2116): ignored")
+            info.base_time_ns = 0
     based = [(i.trace_id, i.base_time_ns) for i in infos if i.base_time_ns]
     if not based:
         return
@@ -239,12 +265,26 @@ def apply_time_bases(con: duckdb.DuckDBPyConnection, infos: Sequence[TraceInfo])
         for table, cols in _TIMED_COLUMNS))
 
 
+def _base_fits(con: duckdb.DuckDBPyConnection, trace_id: int, base_ns: int) -> bool:
+    """Whether ``base_ns`` added to the trace's staged times keeps them within the store's range."""
+    starts, ends = [], []
+    for table, cols in _TIMED_COLUMNS:
+        for c in cols:
+            starts.append(f"SELECT min({c}) AS v FROM {table} WHERE trace_id = {int(trace_id)}")
+            dur = {"ts_ns": "dur_ns", "launch_ts_ns": "launch_dur_ns"}.get(c) if table != "graph_stage" else None
+            end = f"{c}::HUGEINT + coalesce({dur}, 0)" if dur else f"{c}::HUGEINT"
+            ends.append(f"SELECT max({end}) AS v FROM {table} WHERE trace_id = {int(trace_id)}")
+    lo, hi = con.execute(f"SELECT (SELECT min(v) FROM ({' UNION ALL '.join(starts)})), "
+                         f"(SELECT max(v) FROM ({' UNION ALL '.join(ends)}))").fetchone()
+    return (lo is None or int(lo) + base_ns >= TS_MIN_NS) and (hi is None or int(hi) + base_ns < TS_MAX_NS + DUR_MAX_NS)
+
+
 def _json_estimate(path: Path) -> int:
     """The JSON a trace file holds, guessed before reading it: its size, or 20 times that for
     gzip (real traces inflate 7-21x; bench/README.md, "Gzip inflation ratios")."""
     try:
-        with open(path, "rb") as f:
+        with open_regular(path) as f:
             gz = f.read(2) == b"\x1f\x8b"
         return path.stat().st_size * (20 if gz else 1)
-    except OSError:
+    except (OSError, InputError):
         return 0

@@ -7,12 +7,14 @@ exactly as it was.
 """
 from __future__ import annotations
 
-import json
+import re
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..errors import GpuscopeError, InputError
+from ..render import json as strict_json
+from ..textsafe import visible
 from .progress import Progress
 from .stage import STAGING_TABLES, TraceInfo
 
@@ -77,7 +79,7 @@ def write_run(
         # a commit whose checkpoint failed (the transaction is rolled back either way)
         if not isinstance(exc, duckdb.IOException) and "Could not write file" not in str(exc):
             raise
-        raise GpuscopeError(f"{db_path}: cannot write the run ({_io_reason(exc)}); the store is as it was") from None
+        raise GpuscopeError(f"{visible(str(db_path))}: cannot write the run ({_io_reason(exc)}); the store is as it was") from None
     finally:
         if handed_over is None:
             try:
@@ -96,6 +98,16 @@ def _io_reason(exc: Exception) -> str:
     return text.splitlines()[0].removeprefix("IO Error: ")
 
 
+def stored_json(doc: Any) -> str:
+    """``doc`` as JSON the store's readers can parse: strict (a header's NaN or infinity written
+    null), and a lone surrogate (JSON may escape one, ``"\\ud800"``; UTF-8 cannot hold it and
+    DuckDB's JSON functions refuse it) replaced by U+FFFD."""
+    return _SURROGATE.sub("\ufffd", strict_json.dumps(doc))
+
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
 def _write_rows(
     con: duckdb.DuckDBPyConnection, run_id: int, infos: list[TraceInfo], devices: list[dict[str, Any]], all_ops: bool,
     t0: int = 0, d0: int = 0, o0: int = 0,
@@ -110,5 +122,5 @@ def _write_rows(
         if i.graph_events:
             meta[GRAPH_EVENTS_KEY] = i.graph_events
         traces.append((i.trace_id, i.path, i.rank, i.base_time_ns, i.ts_relative, i.events, i.size_bytes,
-                       json.dumps(meta, default=str)))
+                       stored_json(meta)))
     trace_rows.write_staged_rows(con, run_id, traces, devices, all_ops, t0, d0, o0)
