@@ -52,7 +52,7 @@ def test_every_gpu_has_a_host_link_with_a_source(specdb) -> None:
         assert s.host_link in ("pcie", "nvlink-c2c", "unified-memory"), s.key
         assert s.sources.get("host_link"), s.key
         if s.host_link == "pcie":
-            assert s.pcie_generation in (4, 5) and s.pcie_lanes == 16, s.key
+            assert s.pcie_generation in (3, 4, 5) and s.pcie_lanes == 16, s.key  # Gen3: V100, T4
             assert s.host_link_bytes_per_s == pytest.approx(pcie_bytes_per_s(s.pcie_generation, s.pcie_lanes), abs=1)
             assert "GS" in s.sources["host_link_bytes_per_s"] and "host_link_bytes_per_s" in s.derived
             assert s.host_link_label() == f"PCIe Gen{s.pcie_generation} x16"

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from ..textsafe import visible
+
 if TYPE_CHECKING:
     from ..specs import GpuSpec, SpecDB
 
@@ -42,10 +44,13 @@ def render_table(db: SpecDB) -> str:
               "`gpuscope specs KEY` shows one entry with every dtype and its sources.")
     if getattr(db, "files", ()):
         footer += " User entries from: " + ", ".join(str(f) for f in db.files) + "."
-    return text + "\n" + footer
+    return text + "\n" + visible(footer, layout=True)
 
 
 def _table(cols: list[str], rows: list[list[str]], align: str) -> str:
+    from .table import one_line
+
+    rows = [[one_line(c) for c in r] for r in rows]  # names of a user's specs file: control characters shown
     widths = [max(len(c), *(len(r[i]) for r in rows)) if rows else len(c) for i, c in enumerate(cols)]
 
     def line(cells: list[str]) -> str:
@@ -87,6 +92,8 @@ def render_entry(s: GpuSpec, db: SpecDB) -> str:
         cache = f"L2 {s.l2_cache_mb:g} MB" + (f", {s.last_level_cache_kind or 'LLC'} {s.last_level_cache_mb:g} MB"
                                                if s.last_level_cache_mb else "")
     kv("cache", cache)
+    cache_bw = (("L2", s.l2_bw_bytes_per_s), (s.last_level_cache_kind or "LLC", s.last_level_cache_bw_bytes_per_s))
+    kv("cache bandwidth", ", ".join(f"{what} {bw / 1e12:.4g} TB/s" for what, bw in cache_bw if bw) or None)
     kv("TDP", None if s.tdp_w is None else f"{s.tdp_w:g} W")
     if s.visible_as:
         kv("seen by software as", f"{s.devices_per_package} × {s.visible_as}")
@@ -133,4 +140,5 @@ def render_entry(s: GpuSpec, db: SpecDB) -> str:
             out.append(f"    [{i}] {cite}")
     if s.origin != "builtin":
         out.append(f"  origin: {s.origin}")
-    return "\n".join(out)
+    # an entry of a user's specs file is somebody's text: its control characters shown
+    return "\n".join(visible(line, layout=True) for line in out)

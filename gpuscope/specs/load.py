@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import InputError
+from ..fileio import read_regular
 from .match import SpecDB
 from .model import (
     DTYPES,
@@ -36,8 +37,11 @@ SCHEMA = "gpuscope.gpus/1"
 # --------------------------------------------------------------------------------------------
 
 _NUMBER_FIELDS = ("memory_bytes", "mem_bw_bytes_per_s", "compute_units", "boost_clock_mhz", "tensor_clock_mhz",
-                  "l2_cache_mb", "last_level_cache_mb", "tdp_w", "devices_per_package", "pcie_generation",
-                  "pcie_lanes", "host_link_bytes_per_s")
+                  "l2_cache_mb", "last_level_cache_mb", "l2_bw_bytes_per_s", "last_level_cache_bw_bytes_per_s",
+                  "tdp_w", "devices_per_package", "pcie_generation", "pcie_lanes", "host_link_bytes_per_s")
+#: Cache bandwidths: a cache roof below the device-memory roof it sits in front of is a unit slip
+#: (GB/s for TB/s) or a per-slice figure, never a roof an op could be judged against.
+_CACHE_BW_FIELDS = ("l2_bw_bytes_per_s", "last_level_cache_bw_bytes_per_s")
 _STRING_FIELDS = ("key", "name", "vendor", "architecture", "arch_target", "compute_capability", "form_factor",
                   "memory_type", "compute_unit_kind", "last_level_cache_kind", "visible_as", "part_of",
                   "sparse_figures_as_published", "reference_name", "host_link")
@@ -47,7 +51,8 @@ _OTHER_FIELDS = ("measured", "unified_memory")
 # Unit-suffixed spellings a person may prefer in a user file; converted on load.
 _CONVENIENCE = {"memory_gb": ("memory_bytes", 1e9), "mem_bw_tbps": ("mem_bw_bytes_per_s", 1e12),
                 "mem_bw_gbps": ("mem_bw_bytes_per_s", 1e9), "peak_tflops": ("peak_flops_per_s", 1e12),
-                "host_link_gbps": ("host_link_bytes_per_s", 1e9)}
+                "host_link_gbps": ("host_link_bytes_per_s", 1e9), "l2_bw_tbps": ("l2_bw_bytes_per_s", 1e12),
+                "last_level_cache_bw_tbps": ("last_level_cache_bw_bytes_per_s", 1e12)}
 _KNOWN_FIELDS = set(_NUMBER_FIELDS + _STRING_FIELDS + _LIST_FIELDS + _DICT_FIELDS + _OTHER_FIELDS) | set(_CONVENIENCE)
 _INT_FIELDS = ("memory_bytes", "compute_units", "devices_per_package", "pcie_generation", "pcie_lanes")
 # Fields that state a fact and so need a source; a user file that sets one without saying where it comes
@@ -170,6 +175,23 @@ def _validate_entry(raw: dict[str, Any], where: str) -> dict[str, Any]:
     return out
 
 
+def _check_cache_bandwidths(d: Mapping[str, Any]) -> str | None:
+    """Why the (merged) entry's cache bandwidths cannot be roofs, or None when they can."""
+    mem = d.get("mem_bw_bytes_per_s")
+    for f in _CACHE_BW_FIELDS:
+        v = d.get(f)
+        if v is None or mem is None:
+            continue
+        if v <= mem:
+            return (f"{f} {v:.4g} B/s is not above mem_bw_bytes_per_s {mem:.4g} B/s: a cache roof below the "
+                    "device-memory roof is a unit slip (GB/s vs TB/s?) or a per-slice figure")
+    l2, llc = d.get("l2_bw_bytes_per_s"), d.get("last_level_cache_bw_bytes_per_s")
+    if l2 is not None and llc is not None and llc > l2:
+        return (f"last_level_cache_bw_bytes_per_s {llc:.4g} B/s is above l2_bw_bytes_per_s {l2:.4g} B/s: "
+                "the last-level cache sits behind the L2 and cannot outrun it")
+    return None
+
+
 def _spec_from_dict(d: dict[str, Any], origin: str) -> GpuSpec:
     peaks = {dt: d.get("peak_flops_per_s", {}).get(dt) for dt in DTYPES}
     d = _with_pcie_bandwidth(d)
@@ -187,6 +209,8 @@ def _spec_from_dict(d: dict[str, Any], origin: str) -> GpuSpec:
         memory_type=d.get("memory_type"), boost_clock_mhz=d.get("boost_clock_mhz"),
         tensor_clock_mhz=d.get("tensor_clock_mhz"), l2_cache_mb=d.get("l2_cache_mb"),
         last_level_cache_mb=d.get("last_level_cache_mb"), last_level_cache_kind=d.get("last_level_cache_kind"),
+        l2_bw_bytes_per_s=d.get("l2_bw_bytes_per_s"),
+        last_level_cache_bw_bytes_per_s=d.get("last_level_cache_bw_bytes_per_s"),
         tdp_w=d.get("tdp_w"), aliases=tuple(d.get("aliases", ())),
         pci_ids_inexact=tuple(d.get("pci_ids_inexact", ())), pci_id_notes=dict(d.get("pci_id_notes", {})),
         pci_subsystem_ids=tuple(d.get("pci_subsystem_ids", ())),
@@ -264,6 +288,10 @@ def _parse_doc(doc: Any, where: str) -> tuple[list[dict[str, Any]], dict[str, st
 def _builtin_doc() -> tuple[tuple[dict[str, Any], ...], dict[str, str], tuple[OtherDevice, ...]]:
     text = resources.files("gpuscope").joinpath("data/gpus.json").read_text(encoding="utf-8")
     entries, sources, others = _parse_doc(json.loads(text), "gpuscope/data/gpus.json")
+    for e in entries:
+        why = _check_cache_bandwidths(e)
+        if why:  # pragma: no cover - the shipped data is tested
+            raise ValueError(f"gpuscope/data/gpus.json: {e['key']}: {why}")
     return tuple(entries), sources, tuple(others)
 
 
@@ -289,6 +317,10 @@ def _user_files(path: str | Path | None) -> list[Path]:
     return [default] if default.is_file() else []
 
 
+#: A user's spec file holds a few GPUs (the built-in database of 36 GPUs with sources is ~140 KB).
+MAX_SPEC_FILE_BYTES = 16 * 2**20
+
+
 def load_specs(path: str | Path | None = None) -> SpecDB:
     """The spec database: the built-in entries, then user entries that add or override them.
 
@@ -310,10 +342,12 @@ def load_specs(path: str | Path | None = None) -> SpecDB:
     for f in files:
         label = str(f)
         try:
-            text = f.read_text(encoding="utf-8")
-        except FileNotFoundError:
-            raise InputError(label, "no such spec file") from None
-        except (OSError, UnicodeDecodeError) as exc:
+            # never a FIFO or a device (a hang, or /dev/zero read for ever), never more than
+            # a spec file can hold
+            text = read_regular(f, "spec file", MAX_SPEC_FILE_BYTES).decode("utf-8")
+        except OSError as exc:
+            raise InputError(label, f"cannot read the spec file: {exc.strerror or exc}") from None
+        except UnicodeDecodeError as exc:
             raise InputError(label, f"cannot read the spec file: {exc}") from None
         try:
             doc = json.loads(text)
@@ -365,6 +399,13 @@ def load_specs(path: str | Path | None = None) -> SpecDB:
                 ue["sources"] = srcs
                 merged[key] = ue
                 origins[key] = tag
+    for key, d in merged.items():
+        if origins[key] == "builtin":
+            continue
+        why = _check_cache_bandwidths(d)
+        if why:
+            where = next((str(f) for f in reversed(files) if f"user:{f}" in origins[key]), str(files[-1]))
+            raise InputError(where, f"gpu '{key}': {why}")
     specs = []
     for key, d in merged.items():
         try:

@@ -19,8 +19,20 @@ _BRAND_WORDS = {"nvidia", "amd", "ati", "geforce", "radeon", "instinct", "tesla"
                 "gpu", "corporation", "inc"}
 
 
+# Words that say how a part is packaged or sold, not which part it is ("Instinct MI300X OAM").
+# "GRID" is NVIDIA's virtual-GPU brand: "GRID A100" names the A100 family (and stays ambiguous),
+# never a whole GPU of its own.
+_FILLER_WORDS = {"oam", "accelerator", "module", "grid"}
+
+
 def _norm(text: str) -> str:
     return re.sub(r"[^a-z0-9]", "", str(text).lower())
+
+
+def _brandless(text: str) -> str:
+    """``_norm`` without vendor, brand and packaging words: "NVIDIA Tesla T4" and "Tesla T4" -> "t4",
+    "AMD Instinct MI300X OAM" -> "mi300x". Empty for a name made only of such words."""
+    return "".join(t for t in _tokens(text) if t not in _BRAND_WORDS and t not in _FILLER_WORDS)
 
 
 def _tokens(text: str) -> list[str]:
@@ -30,6 +42,11 @@ def _tokens(text: str) -> list[str]:
 def _model_tokens(name: str) -> list[str]:
     """Tokens of a device name that carry a model number (``a100``, ``mi300x``, ``4090``)."""
     return [t for t in _tokens(name) if t not in _BRAND_WORDS and any(c.isdigit() for c in t)]
+
+
+def _model_words(text: str) -> list[str]:
+    """Tokens without vendor, brand and packaging words (``H100 SXM5`` -> ``h100 sxm5``)."""
+    return [t for t in _tokens(text) if t not in _BRAND_WORDS and t not in _FILLER_WORDS]
 
 
 def _is_generic_name(name: str | None) -> bool:
@@ -94,7 +111,8 @@ def _norm_arch_target(text: str | None) -> str | None:
 def _norm_cc(text: Any) -> str | None:
     if text is None or text == "":
         return None
-    m = re.match(r"^\s*(\d+)(?:\.(\d+))?\s*$", str(text))
+    # ASCII digits, a few of them: a trace's header may hold "9" * 5000 (int() refuses it) or "²"
+    m = re.match(r"^\s*([0-9]{1,9})(?:\.([0-9]{1,9}))?\s*$", str(text))
     if not m:
         return None
     return f"{int(m.group(1))}.{int(m.group(2) or 0)}"
@@ -186,15 +204,20 @@ class SpecDB:
         self._typed: dict[str, list[GpuSpec]] = {}
         # normalised reported names (NVML / amd-smi / torch) -> entries
         self._reported: dict[str, list[GpuSpec]] = {}
+        # the same two without vendor and brand words, so that "NVIDIA Tesla T4", "Tesla T4" and "T4"
+        # meet, and "AMD Instinct MI300X" meets "Instinct MI300X OAM"
+        self._typed_brandless: dict[str, list[GpuSpec]] = {}
+        self._reported_brandless: dict[str, list[GpuSpec]] = {}
+        def index_under(spec: GpuSpec, texts: set[str] | tuple[str, ...], plain: dict[str, list[GpuSpec]],
+                        brandless: dict[str, list[GpuSpec]]) -> None:
+            for text in texts:
+                for index, norm in ((plain, _norm(text)), (brandless, _brandless(text))):
+                    if norm and spec not in index.setdefault(norm, []):
+                        index[norm].append(spec)
+
         for s in self._specs:
-            for text in {s.key, s.name, *s.aliases, *s.names}:
-                lst = self._typed.setdefault(_norm(text), [])
-                if s not in lst:
-                    lst.append(s)
-            for text in s.names:
-                lst = self._reported.setdefault(_norm(text), [])
-                if s not in lst:
-                    lst.append(s)
+            index_under(s, {s.key, s.name, *s.aliases, *s.names}, self._typed, self._typed_brandless)
+            index_under(s, s.names, self._reported, self._reported_brandless)
 
     # -- lookup ---------------------------------------------------------------------------
 
@@ -248,12 +271,20 @@ class SpecDB:
         other = self._other_by_name(text)
         if other:
             return [], [other], True
-        q = _tokens(text)
+        # the same without vendor and brand words ("NVIDIA Tesla T4", "Instinct MI300X OAM")
+        b = _brandless(text)
+        if b:
+            exact = self._typed_brandless.get(b, [])
+            if exact:
+                return list(exact), [], True
+            # no brandless match against other products: "h100" is the family a person means,
+            # not the 94GB variant that NVML happens to call "NVIDIA H100"
+        q = _model_words(text)
         found: list[GpuSpec] = []
         for s in self._specs:
-            if any(_token_seq_match(_tokens(t), q) for t in (s.key, s.name, *s.aliases, *s.names)):
+            if any(_token_seq_match(_model_words(t), q) for t in (s.key, s.name, *s.aliases, *s.names)):
                 found.append(s)
-        others = [o for o in self.other_devices if any(_token_seq_match(_tokens(t), q) for t in o.names)]
+        others = [o for o in self.other_devices if any(_token_seq_match(_model_words(t), q) for t in o.names)]
         return found, others, False
 
     def find(self, text: str) -> GpuSpec:
@@ -331,6 +362,11 @@ class SpecDB:
             other = self._other_by_name(name)
             if other:
                 return self._other(other, f"'{name}'", "name")
+            # a reported name with a vendor or brand word more or less ("NVIDIA Tesla T4" for
+            # "Tesla T4", "AMD Instinct MI300X OAM"): the same model number, so the same part
+            hits = [s for s in self._reported_brandless.get(_brandless(name), []) if s.visible_as is None]
+            if hits:
+                return self._decide(hits, ev, "name", f"the name '{name}'", pci_norm)
 
         if pci_norm:
             hits = [s for s in devices if pci_norm in s.pci_ids]

@@ -1,7 +1,8 @@
 """The spec data model: dtypes, an entry (:class:`GpuSpec`), a measured figure, an identification.
 
 Units live in the names: ``memory_bytes`` (decimal GB as marketed, times 1e9),
-``mem_bw_bytes_per_s``, ``peak_flops_per_s`` (dense FLOP/s, no structured sparsity; int8 in OP/s).
+``mem_bw_bytes_per_s``, ``l2_bw_bytes_per_s``, ``last_level_cache_bw_bytes_per_s``,
+``peak_flops_per_s`` (dense FLOP/s, no structured sparsity; int8 in OP/s).
 """
 from __future__ import annotations
 
@@ -82,6 +83,11 @@ class Measurement:
         return "bandwidth" if self.unit.lower().endswith("b/s") else "flops"
 
     @property
+    def is_cache(self) -> bool:
+        """True for an L2 or last-level-cache figure (``l2_read``, ``llc_read``), not device memory."""
+        return self.metric.lower().startswith(("l2_", "llc_"))
+
+    @property
     def value_si(self) -> float:
         """The value in bytes/s or FLOP/s."""
         scale = {"tb/s": 1e12, "gb/s": 1e9, "b/s": 1.0, "tflops": 1e12, "tops": 1e12, "gflops": 1e9,
@@ -118,6 +124,11 @@ class GpuSpec:
     l2_cache_mb: float | None = None
     last_level_cache_mb: float | None = None
     last_level_cache_kind: str | None = None
+    #: L2 read bandwidth, bytes/s, one direction as vendors quote it (all L2 slices together); None where
+    #: neither the vendor nor a sound measurement gives it. ``derived``/``sources`` say which it is.
+    l2_bw_bytes_per_s: float | None = None
+    #: Peak bandwidth of the memory-side last-level cache (AMD Infinity Cache / MALL), bytes/s.
+    last_level_cache_bw_bytes_per_s: float | None = None
     tdp_w: float | None = None
     aliases: tuple[str, ...] = ()
     pci_ids_inexact: tuple[str, ...] = ()
@@ -190,9 +201,25 @@ class GpuSpec:
         """Measured memory-bandwidth figures that read memory (STREAM copy/triad/dot, read kernels).
 
         Store-only figures are left out: a decode step reads the weights, it does not write them.
+        Cache figures (:meth:`cache_bandwidth_measurements`) are left out too: their fraction is of
+        the cache's peak, not of device memory's.
         """
         return tuple(m for m in self.measured
-                     if m.kind == "bandwidth" and m.fraction_of_spec is not None and "store" not in m.metric)
+                     if m.kind == "bandwidth" and m.fraction_of_spec is not None and "store" not in m.metric
+                     and not m.is_cache)
+
+    def cache_bandwidth_measurements(self) -> tuple[Measurement, ...]:
+        """Measured L2 / last-level-cache bandwidth figures (metrics ``l2_*``, ``llc_*``)."""
+        return tuple(m for m in self.measured if m.kind == "bandwidth" and m.is_cache)
+
+    def cache_roofs(self) -> dict[str, float]:
+        """The cache bandwidth roofs this entry gives, bytes/s: ``{"l2": ..., "llc": ...}`` (absent where unknown)."""
+        out: dict[str, float] = {}
+        if self.l2_bw_bytes_per_s:
+            out["l2"] = self.l2_bw_bytes_per_s
+        if self.last_level_cache_bw_bytes_per_s:
+            out["llc"] = self.last_level_cache_bw_bytes_per_s
+        return out
 
     def to_json(self) -> dict[str, Any]:
         """The entry as a JSON-ready dict, with ``ridge_flop_per_byte`` per dtype."""
@@ -207,7 +234,9 @@ class GpuSpec:
             "compute_units": self.compute_units, "compute_unit_kind": self.compute_unit_kind,
             "boost_clock_mhz": self.boost_clock_mhz, "tensor_clock_mhz": self.tensor_clock_mhz,
             "l2_cache_mb": self.l2_cache_mb, "last_level_cache_mb": self.last_level_cache_mb,
-            "last_level_cache_kind": self.last_level_cache_kind, "tdp_w": self.tdp_w,
+            "last_level_cache_kind": self.last_level_cache_kind,
+            "l2_bw_bytes_per_s": self.l2_bw_bytes_per_s,
+            "last_level_cache_bw_bytes_per_s": self.last_level_cache_bw_bytes_per_s, "tdp_w": self.tdp_w,
             "names": list(self.names), "aliases": list(self.aliases), "pci_ids": list(self.pci_ids),
             "pci_ids_inexact": list(self.pci_ids_inexact), "pci_id_notes": dict(self.pci_id_notes),
             "pci_subsystem_ids": list(self.pci_subsystem_ids),
