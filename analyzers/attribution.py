@@ -14,7 +14,7 @@ placed by name family.
 from __future__ import annotations
 
 from collections import defaultdict
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -28,6 +28,9 @@ from .roofline import (
     classify_by_name,
     classify_copy,
     classify_cost,
+    kernel_math,
+    roof_dtype_for_math,
+    settle_over_roof,
 )
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -59,14 +62,33 @@ class DeviceRoof:
             # what host<->device copies are judged against (one direction of the link)
             "host_link": r.host_link,
             "host_link_bytes_per_s": r.host_bw_bytes_per_s,
+            # what work served from on-chip caches is judged against (cache_bound)
+            "caches": [{"name": n, "bytes": b, "bw_bytes_per_s": bw} for n, b, bw in r.caches],
             "note": self.note,
         }
+
+
+def _spec_caches(spec: Any) -> tuple[tuple[str, float, float | None], ...]:
+    """The GPU's on-chip caches, smallest first: L2, then the last-level cache (AMD's Infinity
+    Cache / MALL). Bandwidths are read with getattr: spec databases without them give None.
+    Sizes are binary megabytes: the vendors' "50 MB" H100 L2 is 50 MiB (52.4e6 bytes)."""
+    caches: list[tuple[str, float, float | None]] = []
+    l2_mb = getattr(spec, "l2_cache_mb", None)
+    if l2_mb:
+        bw = getattr(spec, "l2_bw_bytes_per_s", None)
+        caches.append(("L2", float(l2_mb) * 2**20, float(bw) if bw else None))
+    llc_mb = getattr(spec, "last_level_cache_mb", None)
+    if llc_mb:
+        bw = getattr(spec, "last_level_cache_bw_bytes_per_s", None)
+        caches.append((getattr(spec, "last_level_cache_kind", None) or "last-level cache", float(llc_mb) * 2**20,
+                       float(bw) if bw else None))
+    return tuple(sorted(caches, key=lambda c: c[1]))
 
 
 def _spec_roof(spec: Any) -> Roof:
     host_bw = spec.host_copy_bytes_per_s()
     return Roof(spec.key, "spec", dict(spec.peak_flops_per_s), float(spec.mem_bw_bytes_per_s), None,
-                float(host_bw) if host_bw else None, spec.host_link_label())
+                float(host_bw) if host_bw else None, spec.host_link_label(), _spec_caches(spec))
 
 
 def device_roofs(con: duckdb.DuckDBPyConnection, run_id: int, roof: str = "spec", gpu: str | None = None,
@@ -134,7 +156,7 @@ def _measured(con: duckdb.DuckDBPyConnection, spec: Any, spec_roof: Roof) -> tup
     # the host link is not calibrated: its spec figure stays (on an APU, the measured memory's)
     host_bw = bw if spec.host_link == "unified-memory" else spec_roof.host_bw_bytes_per_s
     return Roof(spec.key, "measured", peaks, bw, f"calibration {m.calibration_id}", host_bw,
-                spec_roof.host_link), (
+                spec_roof.host_link, spec_roof.caches), (
         f"measured roof: calibration {m.calibration_id} on {m.host}; dtypes not measured use the spec peak"
     )
 
@@ -169,6 +191,15 @@ def attribute(con: duckdb.DuckDBPyConnection, run_id: int, roofs: dict[int, Devi
         f"SELECT DISTINCT name FROM kernels WHERE run_id = ? AND {category} = 'memory'{kept}", [run_id]
     ).fetchall()]
     host_names = [n for n in memory_names if copy_link(n) == "host_link"] or [""]
+    # The math the op's kernels ran (design.md §4.2, "the roof follows the math that ran"): an
+    # fp32 GEMM whose kernel is a TF32 tensor-core kernel is judged against the tf32 roof.
+    launched = [r[0] for r in con.execute(
+        f"SELECT DISTINCT name FROM kernels WHERE run_id = ? AND op_id IS NOT NULL{kept}", [run_id]
+    ).fetchall()]
+    tf32_names = [n for n in launched if kernel_math(n) == "tf32"] or [""]
+    simt_names = [n for n in launched if kernel_math(n) == "fp32"] or [""]
+    math_sql = ("CASE WHEN bool_or(list_contains(${tf}, name)) THEN 'tf32' "
+                "WHEN bool_or(list_contains(${simt}, name)) THEN 'fp32' END")
     # 1. Op calls that launched GPU activity, aggregated per (signature, device, host bytes): the
     # number of calls, their GPU time (kernels, memcpys and memsets), the bytes their host<->device
     # copies moved per call (0: none; NULL: a copy of unknown size) and those copies' time.
@@ -179,31 +210,40 @@ def attribute(con: duckdb.DuckDBPyConnection, run_id: int, roofs: dict[int, Devi
                    sum(dur_ns) FILTER (WHERE list_contains($2, name)) AS host_ns,
                    count(*) FILTER (WHERE list_contains($2, name)) AS host_n,
                    count(*) FILTER (WHERE list_contains($2, name) AND bytes IS NULL) AS host_unknown,
-                   sum(bytes) FILTER (WHERE list_contains($2, name)) AS host_bytes
+                   sum(bytes) FILTER (WHERE list_contains($2, name)) AS host_bytes,
+                   {math_sql.format(tf=3, simt=4)} AS math
             FROM kernels WHERE run_id = $1 AND op_id IS NOT NULL{kept} GROUP BY op_id
         )
-        SELECT o.name, o.input_dims, o.input_types, o.concrete_inputs, c.device_id,
+        SELECT o.name, o.input_dims, o.input_types, o.concrete_inputs, o.input_strides, c.math, c.device_id,
                CASE WHEN c.host_n = 0 THEN 0 WHEN c.host_unknown > 0 THEN NULL ELSE c.host_bytes END,
                count(*), sum(c.gpu_ns) / 1e3, coalesce(sum(c.host_ns), 0) / 1e3
         FROM calls c JOIN ops o ON o.run_id = $1 AND o.op_id = c.op_id
         GROUP BY ALL
         ORDER BY ALL  -- a fixed order, so that float sums come out the same every run
         """,
-        [run_id, host_names],
+        [run_id, host_names, tf32_names, simt_names],
     ).fetchall()
     cost_cache: dict[tuple[Any, ...], Any] = {}
 
-    def cost_of(sig: tuple[Any, ...]) -> Any:
-        if sig not in cost_cache:
+    def cost_of(sig: tuple[Any, ...], math: str | None = None) -> Any:
+        """The cost of a call signature (name, dims, types, concrete inputs, strides), its roof
+        dtype following the ``math`` its kernels ran."""
+        key = (*sig, math)
+        if key not in cost_cache:
             try:
-                cost_cache[sig] = op_cost(*sig)
+                cost = op_cost(*sig[:4], input_strides=sig[4])
+                if cost is not None:
+                    dtype = roof_dtype_for_math(cost.dtype, cost.kind, math)
+                    if dtype != cost.dtype:
+                        cost = replace(cost, dtype=dtype)
+                cost_cache[key] = cost
             except Exception:  # a cost model must never break the analysis
-                cost_cache[sig] = None
-        return cost_cache[sig]
+                cost_cache[key] = None
+        return cost_cache[key]
 
     op_groups: dict[tuple[Any, ...], dict[str, Any]] = {}
-    for name, dims, types, concrete, dev, host_bytes, n_calls, gpu_us, host_us in call_rows:
-        cost = cost_of((name, dims, types, concrete))
+    for name, dims, types, concrete, strides, math, dev, host_bytes, n_calls, gpu_us, host_us in call_rows:
+        cost = cost_of((name, dims, types, concrete, strides), math)
         g = op_groups.setdefault((name, dims, types), {
             "name": name, "dims": dims, "types": types, "count": 0, "gpu_us": 0.0, "cost": cost,
             "devices": defaultdict(int), "parts": {}, "host_us": 0.0,
@@ -240,22 +280,25 @@ def attribute(con: duckdb.DuckDBPyConnection, run_id: int, roofs: dict[int, Devi
                    CASE WHEN op_id IS NOT NULL
                         THEN dur_ns / nullif(sum(dur_ns) OVER (PARTITION BY op_id), 0) END AS share
             FROM kernels WHERE run_id = $1{kept}
+        ), m AS (
+            SELECT op_id, {math_sql.format(tf=2, simt=3)} AS math
+            FROM kernels WHERE run_id = $1 AND op_id IS NOT NULL{kept} GROUP BY op_id
         )
         SELECT k.name, k.device_id, k.attribution, o.name, o.input_dims, o.input_types, o.concrete_inputs,
-               count(*), sum(k.dur_ns) / 1e3, coalesce(sum(k.share), 0)
-        FROM k LEFT JOIN ops o ON o.run_id = $1 AND o.op_id = k.op_id
+               o.input_strides, m.math, count(*), sum(k.dur_ns) / 1e3, coalesce(sum(k.share), 0)
+        FROM k LEFT JOIN ops o ON o.run_id = $1 AND o.op_id = k.op_id LEFT JOIN m ON m.op_id = k.op_id
         WHERE k.category = 'compute'
         GROUP BY ALL
         ORDER BY ALL
         """,
-        [run_id],
+        [run_id, tf32_names, simt_names],
     ).fetchall()
     groups = []
     uncosted_mean: dict[str, list[float]] = {}
-    for name, dev, attr, oname, dims, types, concrete, n, dur_us, shares in krows:
-        cost = cost_of((oname, dims, types, concrete)) if oname is not None else None
+    for name, dev, attr, oname, dims, types, concrete, strides, math, n, dur_us, shares in krows:
+        cost = cost_of((oname, dims, types, concrete, strides), math) if oname is not None else None
         v = call_verdict(cost, int(dev)) if cost is not None else None
-        groups.append((name, attr, int(n), float(dur_us), float(shares), cost, v))
+        groups.append((name, int(dev), attr, int(n), float(dur_us), float(shares), cost, v))
         if v is None:
             acc = uncosted_mean.setdefault(name, [0.0, 0])
             acc[0] += float(dur_us)
@@ -267,14 +310,17 @@ def attribute(con: duckdb.DuckDBPyConnection, run_id: int, roofs: dict[int, Devi
 
     roofline_us = {b: 0.0 for b in BOUNDS}
     kern: dict[str, dict[str, Any]] = {}
-    for name, attr, n, dur_us, shares, cost, v in groups:
+    for name, dev, attr, n, dur_us, shares, cost, v in groups:
         k = kern.get(name)
         if k is None:
             fam = kernel_family(name)
             k = kern[name] = {"bound_us": defaultdict(float), "confidence_us": defaultdict(float),
                               "flops": 0.0, "bytes": 0.0, "has_flops": False, "has_bytes": False,
                               "roof_us": 0.0, "roofed_us": 0.0, "family": fam.family,
-                              "attribution": defaultdict(int), "reasons": defaultdict(float)}
+                              "attribution": defaultdict(int), "reasons": defaultdict(float),
+                              # the judged part, for re-judging work measured above its roof
+                              "r_bytes": 0.0, "r_compute_us": 0.0, "working_set": 0.0,
+                              "roofed_bound_us": defaultdict(float), "devices": defaultdict(float)}
         k["attribution"][attr or "none"] += n
         if v is not None:
             work = _work_flops(cost)
@@ -287,6 +333,14 @@ def attribute(con: duckdb.DuckDBPyConnection, run_id: int, roofs: dict[int, Devi
             if v.roof_us is not None:
                 k["roof_us"] += v.roof_us * shares
                 k["roofed_us"] += dur_us
+                k["roofed_bound_us"][v.bound] += dur_us
+                k["devices"][dev] += dur_us
+                k["r_bytes"] += (cost.bytes or 0.0) * shares
+                k["working_set"] = max(k["working_set"], cost.bytes or 0.0)
+                dev_roof = roofs.get(dev)
+                peak = dev_roof.roof.peak(cost.dtype) if dev_roof else None
+                if work and peak:
+                    k["r_compute_us"] += work * shares / peak * 1e6
             conf = "graph_capture" if attr == "graph_capture" else v.confidence
         else:
             v = name_verdict[name]
@@ -299,6 +353,26 @@ def attribute(con: duckdb.DuckDBPyConnection, run_id: int, roofs: dict[int, Devi
     # 4. Kernel and op tables.
     kernels_out: dict[str, dict[str, Any]] = {}
     for name, k in kern.items():
+        roof_us = k["roof_us"] if k["roofed_us"] else None
+        pct = (k["roof_us"] / k["roofed_us"]) if k["roofed_us"] else None
+        saved = max(k["roofed_us"] - k["roof_us"], 0.0) if k["roofed_us"] else None
+        settled = None
+        if k["roofed_us"]:
+            dev = max(k["devices"].items(), key=lambda kv: kv[1])[0]
+            dev_roof = roofs.get(dev)
+            settled = settle_over_roof(k["roofed_us"], k["roof_us"], None, k["r_bytes"], k["working_set"], None,
+                                       dev_roof.roof if dev_roof else NO_ROOF, compute_us=k["r_compute_us"])
+        if settled is not None:
+            roof_us, pct, saved = settled["roof_us"], settled["pct_of_roof"], settled["saved_us"]
+            k["reasons"] = {settled["reason"]: float("inf")}
+            if settled["bound"] is not None:
+                # the judged time moves to the new class, in the kernel and in the run's split
+                for b, t in k["roofed_bound_us"].items():
+                    k["bound_us"][b] -= t
+                    roofline_us[b] -= t
+                    k["bound_us"][settled["bound"]] += t
+                    roofline_us[settled["bound"]] += t
+                k["bound_us"] = defaultdict(float, {b: t for b, t in k["bound_us"].items() if abs(t) > 1e-9})
         bound = max(k["bound_us"].items(), key=lambda kv: kv[1])[0]
         conf = max(k["confidence_us"].items(), key=lambda kv: kv[1])[0]
         reason = max(k["reasons"].items(), key=lambda kv: kv[1])[0]
@@ -310,11 +384,14 @@ def attribute(con: duckdb.DuckDBPyConnection, run_id: int, roofs: dict[int, Devi
             "flops": k["flops"] if k["has_flops"] else None,
             "bytes": k["bytes"] if k["has_bytes"] else None,
             "bound_us": {b: t for b, t in k["bound_us"].items()},
-            "roof_us": k["roof_us"] if k["roofed_us"] else None,
-            "pct_of_roof": (k["roof_us"] / k["roofed_us"]) if k["roofed_us"] else None,
-            "saved_us": max(k["roofed_us"] - k["roof_us"], 0.0) if k["roofed_us"] else None,
+            "roof_us": roof_us,
+            "pct_of_roof": pct,
+            "saved_us": saved,
+            "model_error": bool(settled and settled["model_error"]),
             "attribution": dict(k["attribution"]),
         }
+        if settled is not None and settled["cache"]:
+            kernels_out[name]["cache"] = settled["cache"]
 
     ops_out: dict[tuple[Any, ...], dict[str, Any]] = {}
     for sig, g in op_groups.items():
@@ -336,10 +413,48 @@ def attribute(con: duckdb.DuckDBPyConnection, run_id: int, roofs: dict[int, Devi
                      intensity_flop_per_byte=v.intensity_flop_per_byte, ridge_flop_per_byte=v.ridge_flop_per_byte,
                      achieved_flops_per_s=v.achieved_flops_per_s, achieved_bytes_per_s=achieved_bytes,
                      pct_of_roof=v.pct_of_roof, roof_us=v.roof_us, saved_us=v.saved_us,
-                     host_copy_us=g["host_us"], host_copy_bytes=host_bytes)
+                     host_copy_us=g["host_us"], host_copy_bytes=host_bytes, model_error=False)
+        if v.pct_of_roof and v.roof_us is not None and cost is not None:
+            # work measured faster than its roof: judged against a cache, else a model error
+            roofed_time = v.roof_us / v.pct_of_roof
+            work = _work_flops(cost)
+            settled = settle_over_roof(roofed_time, v.roof_us, None if work is None else work * g["count"],
+                                       None if cost.bytes is None else cost.bytes * g["count"], cost.bytes,
+                                       cost.dtype, roof.roof if roof else NO_ROOF, link=v.link)
+            if settled is not None:
+                entry.update(roof_us=settled["roof_us"], pct_of_roof=settled["pct_of_roof"],
+                             saved_us=settled["saved_us"], model_error=settled["model_error"],
+                             reason=settled["reason"])
+                if settled["bound"] is not None:
+                    entry["bound"] = settled["bound"]
+                if settled["cache"]:
+                    entry["cache"] = settled["cache"]
         ops_out[sig] = entry
-    return {"roofline_us": roofline_us, "kernels": kernels_out, "ops": ops_out,
-            "copies": _copy_verdicts(con, run_id, roofs, kept, category)}
+    copies = _copy_verdicts(con, run_id, roofs, kept, category)
+    return {"roofline_us": roofline_us, "kernels": kernels_out, "ops": ops_out, "copies": copies,
+            "model_errors": model_error_note(ops_out, kernels_out, copies)}
+
+
+def model_error_note(ops: dict[tuple[Any, ...], dict[str, Any]], kernels: dict[str, dict[str, Any]],
+                     copies: dict[str, dict[str, Any]]) -> str | None:
+    """One line for the analysis ``notes`` naming the ops and kernels whose cost model
+    overshoots every roof they could be judged against (``model_error``), and counting them."""
+    op_names = sorted({sig[0] for sig, e in ops.items() if e.get("model_error")})
+    n_ops = sum(1 for e in ops.values() if e.get("model_error"))
+    k_names = sorted([n for n, e in kernels.items() if e.get("model_error")]
+                     + [n for n, e in copies.items() if e.get("model_error")])
+    if not n_ops and not k_names:
+        return None
+    def listed(names: list[str]) -> str:
+        shown = ", ".join(names[:5])
+        return shown + (f" and {len(names) - 5} more" if len(names) > 5 else "")
+    parts = []
+    if n_ops:
+        parts.append(f"{n_ops} op signature(s) ({listed(op_names)})")
+    if k_names:
+        parts.append(f"{len(k_names)} kernel(s) ({listed(k_names)})")
+    return ("model_error: the cost model puts " + " and ".join(parts) + " above every roof they could be "
+            "judged against (HBM and cache): their percent of roof is withheld, not shown above 100 %")
 
 
 def _op_verdict(cost: Any, parts: dict[int | None, list[Any]], roof: Roof) -> Verdict:
@@ -416,7 +531,9 @@ def _copy_verdicts(con: duckdb.DuckDBPyConnection, run_id: int, roofs: dict[int,
                           roof.roof if roof else NO_ROOF, calls=int(n))
         e = out.setdefault(name, {"direction": direction, "link": link, "bound_us": defaultdict(float),
                                   "confidence_us": defaultdict(float), "reasons": defaultdict(float),
-                                  "bytes": 0.0, "bytes_us": 0.0, "roof_us": 0.0, "roofed_us": 0.0})
+                                  "bytes": 0.0, "bytes_us": 0.0, "roof_us": 0.0, "roofed_us": 0.0,
+                                  "traffic": 0.0, "working_set": 0.0, "device": int(dev),
+                                  "roofed_bound_us": defaultdict(float)})
         e["bound_us"][v.bound] += float(t)
         e["confidence_us"][v.confidence] += float(t)
         e["reasons"][v.reason] += float(t)
@@ -426,9 +543,28 @@ def _copy_verdicts(con: duckdb.DuckDBPyConnection, run_id: int, roofs: dict[int,
         if v.roof_us is not None:
             e["roof_us"] += v.roof_us
             e["roofed_us"] += float(t)
+            e["roofed_bound_us"][v.bound] += float(t)
+            # bytes through device memory: a device-to-device copy reads and writes each byte
+            per_call = float(nbytes or 0) * (1 if direction == "fill" or link == "host_link" else 2)
+            e["traffic"] += per_call * int(n)
+            e["working_set"] = max(e["working_set"], per_call)
     result = {}
     for name, e in out.items():
         roofed = e["roofed_us"]
+        roof_us = e["roof_us"] if roofed else None
+        pct = e["roof_us"] / roofed if roofed else None
+        saved = max(roofed - e["roof_us"], 0.0) if roofed else None
+        dev_roof = roofs.get(e["device"])
+        settled = settle_over_roof(roofed, roof_us, None, e["traffic"], e["working_set"], None,
+                                   dev_roof.roof if dev_roof else NO_ROOF, link=e["link"]) if roofed else None
+        if settled is not None:
+            roof_us, pct, saved = settled["roof_us"], settled["pct_of_roof"], settled["saved_us"]
+            e["reasons"] = {settled["reason"]: float("inf")}
+            if settled["bound"] is not None:
+                for b, t in e["roofed_bound_us"].items():
+                    e["bound_us"][b] -= t
+                    e["bound_us"][settled["bound"]] += t
+                e["bound_us"] = {b: t for b, t in e["bound_us"].items() if abs(t) > 1e-9}
         result[name] = {
             "bound": max(e["bound_us"].items(), key=lambda kv: kv[1])[0],
             "confidence": max(e["confidence_us"].items(), key=lambda kv: kv[1])[0],
@@ -439,9 +575,12 @@ def _copy_verdicts(con: duckdb.DuckDBPyConnection, run_id: int, roofs: dict[int,
             "bytes": e["bytes"] if e["bytes_us"] else None,
             "bound_us": dict(e["bound_us"]),
             "achieved_bytes_per_s": e["bytes"] / (e["bytes_us"] / 1e6) if e["bytes_us"] else None,
-            "roof_us": e["roof_us"] if roofed else None,
-            "pct_of_roof": e["roof_us"] / roofed if roofed else None,
-            "saved_us": max(roofed - e["roof_us"], 0.0) if roofed else None,
+            "roof_us": roof_us,
+            "pct_of_roof": pct,
+            "saved_us": saved,
+            "model_error": bool(settled and settled["model_error"]),
         }
+        if settled is not None and settled["cache"]:
+            result[name]["cache"] = settled["cache"]
     return result
 

@@ -320,6 +320,8 @@ def analyze_run(con: duckdb.DuckDBPyConnection, run_id: int, top: int | None = N
         "notes": info.get("notes", []) if isinstance(info, dict) else [],
     }
     doc["notes"] = doc["notes"] + _missing_concrete_inputs_notes(con, run_id)
+    if att and att.get("model_errors"):
+        doc["notes"].append(att["model_errors"])
     doc["advice"] = advise(doc)
     return doc
 

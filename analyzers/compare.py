@@ -25,7 +25,7 @@ def _side(o: dict[str, Any] | None) -> dict[str, Any] | None:
     if o is None:
         return None
     return {k: o.get(k) for k in ("count", "kernel_us", "bound", "confidence", "pct_of_roof", "saved_us",
-                                  "achieved_flops_per_s", "achieved_bytes_per_s")}
+                                  "achieved_flops_per_s", "achieved_bytes_per_s", "model_error")}
 
 
 def _ratio(b: float | None, a: float | None) -> float | None:

@@ -11,8 +11,10 @@ The profiler (Kineto) records, for every CPU op, the shapes (``Input Dims``), th
 - ``flops_executed``: the FLOPs a kernel has to execute. The same as ``flops`` except for causal
   attention, whose masked-out score blocks flash kernels skip (the convention of
   flash-attention's benchmarks and of AMD TraceLens).
-- ``bytes``: compulsory memory traffic: each input tensor read once, each output written once,
-  with output shapes inferred from the op's semantics. Views and allocations move nothing.
+- ``bytes``: compulsory memory traffic: each input tensor read once (its storage, from the
+  recorded strides when the trace has them: a broadcast or expanded input counts once, see
+  :func:`storage_elements`), each output written once, with output shapes inferred from the
+  op's semantics. Views and allocations move nothing.
 - ``dtype``: the roofline to judge the op against (a key of the GPU spec database:
   ``fp64 fp32 tf32 fp16 bf16 fp8 int8 fp4``).
 
@@ -68,6 +70,7 @@ __all__ = [
     "op_cost",
     "dtype_key",
     "bytes_per_element",
+    "storage_elements",
     "covered_op_names",
     "VIEW_OPS",
     "NEEDS_CONCRETE_INPUTS",
@@ -294,6 +297,26 @@ def _numel(shape: Sequence[int]) -> int:
     return math.prod(shape) if shape else 1
 
 
+def storage_elements(shape: Sequence[int], strides: Sequence[int] | None = None) -> int:
+    """The elements of memory a tensor view of ``shape`` with element ``strides`` occupies: what
+    reading it costs, as opposed to its logical size.
+
+    The smallest of three counts, each an upper bound of the distinct elements the view
+    touches: its logical size; the product of the dims whose stride is not 0 (a stride-0,
+    broadcast or ``expand``-ed, dim repeats the same elements, so it contributes 1: an
+    ``expand`` of a [4096, 1] int64 index to [4096, 2048], strides [1, 0], is 4096 elements,
+    32 KB, not 67 MB); and the span from the first element to the last, ``1 + sum((d - 1) * |s|)``
+    (tight for overlapping windows such as ``unfold``, whose dims share elements). A gappy slice
+    (strides larger than the dims below them) keeps its logical size: its gaps are not read.
+    Without strides (or with strides that do not fit the shape) the logical size."""
+    n = _numel(shape)
+    if strides is None or len(strides) != len(shape) or n == 0 or not shape:
+        return n
+    product = math.prod(d for d, st in zip(shape, strides) if st != 0)
+    span = 1 + sum((d - 1) * abs(st) for d, st in zip(shape, strides))
+    return max(min(n, product, span), 1)
+
+
 def _broadcast(shapes: Sequence[Shape]) -> Shape | None:
     if not shapes:
         return None
@@ -318,11 +341,13 @@ def _broadcast(shapes: Sequence[Shape]) -> Shape | None:
 class _Call:
     """One op call: its argument shapes, dtypes and concrete values, with safe accessors."""
 
-    def __init__(self, name: str, dims: list[Any], types: list[Any], conc: list[Any]) -> None:
+    def __init__(self, name: str, dims: list[Any], types: list[Any], conc: list[Any],
+                 strides: list[Any] | None = None) -> None:
         self.name = name
         self.dims = dims
         self.types = types
         self.conc = conc
+        self.strides_ = strides or []
 
     @property
     def n(self) -> int:
@@ -353,7 +378,28 @@ class _Call:
     def bpe(self, i: int) -> int:
         return bytes_per_element(self.type(i)) or 0
 
+    def stride(self, i: int) -> tuple[int, ...] | None:
+        """The recorded element strides of tensor argument ``i`` (None when not recorded or
+        not matching its shape)."""
+        s = self.shape(i)
+        if s is None or not 0 <= i < len(self.strides_):
+            return None
+        st = self.strides_[i]
+        if not isinstance(st, (list, tuple)) or len(st) != len(s):
+            return None
+        if not all(isinstance(v, int) and not isinstance(v, bool) for v in st):
+            return None
+        return tuple(st)
+
     def nbytes(self, i: int) -> int:
+        """Bytes of memory argument ``i`` occupies: what reading it costs (its storage, from the
+        recorded strides: a broadcast or expanded input counts once, see
+        :func:`storage_elements`)."""
+        s = self.shape(i)
+        return 0 if s is None else storage_elements(s, self.stride(i)) * self.bpe(i)
+
+    def written(self, i: int) -> int:
+        """Bytes written when argument ``i``'s shape is produced: its logical size."""
         s = self.shape(i)
         return 0 if s is None else _numel(s) * self.bpe(i)
 
@@ -1131,7 +1177,7 @@ def _fill(call: _Call) -> OpCost | None:
     name = call.name.split("::", 1)[-1]
     flops = _numel(s) if name in ("normal_", "uniform_", "bernoulli_", "exponential_",
                                   "random_", "log_normal_", "cauchy_", "geometric_") else 0
-    return _cost(flops, call.nbytes(0) + value, _vector_roof(call), "fill", name)
+    return _cost(flops, call.written(0) + value, _vector_roof(call), "fill", name)
 
 
 _register([f"aten::{n}" for n in _WRITE_ONLY_SELF], _fill)
@@ -1179,7 +1225,7 @@ def _copy_(call: _Call) -> OpCost | None:
     dst, src = call.shape(0), call.shape(1)
     if dst is None or src is None or _broadcast([src, dst]) != dst:
         return None
-    return _cost(0, call.nbytes(1) + call.nbytes(0), _vector_roof(call, [0, 1]), "copy", "copy_")
+    return _cost(0, call.nbytes(1) + call.written(0), _vector_roof(call, [0, 1]), "copy", "copy_")
 
 
 def _clone(call: _Call) -> OpCost | None:
@@ -1187,7 +1233,7 @@ def _clone(call: _Call) -> OpCost | None:
     if s is None:
         return None
     name = call.name.split("::", 1)[-1]
-    return _cost(0, 2 * call.nbytes(0), _vector_roof(call, [0]), "copy", name)
+    return _cost(0, call.nbytes(0) + call.written(0), _vector_roof(call, [0]), "copy", name)
 
 
 def _to_dtype_index(call: _Call) -> int | None:
@@ -1221,7 +1267,7 @@ def _to_copy(call: _Call) -> OpCost | None:
         # is done (and costed) by its child aten::_to_copy
         return _cost(0, 0, None, "view", "to (no-op)")
     n = _numel(s)
-    nbytes = n * call.bpe(0) + n * (bytes_per_element(dst_t) or 0)
+    nbytes = call.nbytes(0) + n * (bytes_per_element(dst_t) or 0)
     model = "convert" if not same else "copy"
     return _cost(0, nbytes, _vector_roof(call, [0]), "copy", f"{call.name.split('::')[-1]} ({model})")
 
@@ -1305,7 +1351,7 @@ def _scatter(call: _Call) -> OpCost | None:
     if "add" in name or "reduce" in name or call.c(4).strip():
         nbytes += n * bpe  # read-modify-write of the targets
     if not inplace:
-        nbytes += 2 * call.nbytes(0)  # the copy of self into the result
+        nbytes += call.nbytes(0) + call.written(0)  # the copy of self into the result
     return _cost(n if "add" in name else 0, nbytes, "fp32", "copy", name)
 
 
@@ -1343,7 +1389,7 @@ def _index_put(call: _Call) -> OpCost | None:
     nbytes = call.nbytes(2) + idx_bytes + n * bpe * (2 if accumulate else 1)
     name = call.name.split("::", 1)[-1]
     if not name.endswith("_"):
-        nbytes += 2 * call.nbytes(0)  # out-of-place: copy of self
+        nbytes += call.nbytes(0) + call.written(0)  # out-of-place: copy of self
     return _cost(n if accumulate else 0, nbytes, "fp32", "copy", name)
 
 
@@ -1376,7 +1422,7 @@ def _same_shape_copy(call: _Call) -> OpCost | None:
     s = call.shape(0)
     if s is None:
         return None
-    return _cost(0, 2 * call.nbytes(0), "fp32", "copy", call.name.split("::")[-1])
+    return _cost(0, call.nbytes(0) + call.written(0), "fp32", "copy", call.name.split("::")[-1])
 
 
 _register(["aten::copy_", "aten::copy"], _copy_)
@@ -1572,7 +1618,7 @@ def _layer_norm(call: _Call) -> OpCost | None:
     if sizes is None:
         return None
     n, c = sizes
-    nbytes = 2 * call.nbytes(0) + call.nbytes(2) + call.nbytes(3)
+    nbytes = call.nbytes(0) + call.written(0) + call.nbytes(2) + call.nbytes(3)
     return _cost(_layer_norm_flops(n, c), nbytes, _vector_roof(call, [0]), "norm", "layer_norm")
 
 
@@ -1583,7 +1629,7 @@ def _rms_norm(call: _Call) -> OpCost | None:
         return None
     n, c = sizes
     affine = call.nd_tensor(2)
-    nbytes = 2 * call.nbytes(0) + call.nbytes(2)
+    nbytes = call.nbytes(0) + call.written(0) + call.nbytes(2)
     return _cost(_rms_norm_flops(n, c, affine), nbytes, _vector_roof(call, [0]), "norm", "rms_norm")
 
 
@@ -1594,7 +1640,7 @@ def _group_norm(call: _Call) -> OpCost | None:
     if s is None or len(s) < 2:
         return None
     w_i, b_i = (1, 2) if call.name == "aten::native_group_norm" else (2, 3)
-    nbytes = 2 * call.nbytes(0) + call.nbytes(w_i) + call.nbytes(b_i)
+    nbytes = call.nbytes(0) + call.written(0) + call.nbytes(w_i) + call.nbytes(b_i)
     return _cost(_layer_norm_flops(_numel(s), s[1]), nbytes, _vector_roof(call, [0]), "norm",
                  "group_norm")
 
@@ -1610,7 +1656,7 @@ def _batch_norm(call: _Call) -> OpCost | None:
     c = s[1]
     n = _numel(s)
     params = sum(call.nbytes(i) for i in range(1, 5))
-    nbytes = 2 * call.nbytes(0) + params
+    nbytes = call.nbytes(0) + call.written(0) + params
     if training:
         nbytes += call.nbytes(3) + call.nbytes(4)  # running statistics updated
     flops = (5 * n if training else 2 * n) + 6 * c
@@ -1642,7 +1688,7 @@ def _custom_rms(x_i: int, w_i: int, reads: Sequence[int], writes: Sequence[tuple
         nbytes = sum(call.nbytes(i) for i in reads)
         for arg, like in writes:
             if arg >= 0 and call.is_tensor(arg):
-                nbytes += call.nbytes(arg)
+                nbytes += call.written(arg)
             elif like is not None:
                 t = out_type or call.type(like)
                 nbytes += _numel(call.shape(like) or ()) * (bytes_per_element(t) or 0)
@@ -1686,7 +1732,7 @@ def _act_and_mul(flops_per: int, model: str) -> Handler:
                 or tuple(x[:-1]) != tuple(out[:-1]):
             return None
         n = _numel(out)
-        return _cost(flops_per * n, call.nbytes(1) + call.nbytes(0), _vector_roof(call, [1]),
+        return _cost(flops_per * n, call.nbytes(1) + call.written(0), _vector_roof(call, [1]),
                      "elementwise", model)
 
     return handler
@@ -1757,7 +1803,7 @@ def _quant(out_i: int, in_i: int, model: str) -> Handler:
             return None
         n = _numel(x)
         extra = sum(call.nbytes(i) for i in range(call.n) if i not in (out_i, in_i))
-        return _cost(2 * n, call.nbytes(in_i) + call.nbytes(out_i) + extra,
+        return _cost(2 * n, call.nbytes(in_i) + call.written(out_i) + extra,
                      _vector_roof(call, [in_i]), "elementwise", model)
 
     return handler
@@ -1778,12 +1824,15 @@ def covered_op_names() -> frozenset[str]:
 
 
 def op_cost(name: str, input_dims: list | str | None, input_types: list | str | None,
-            concrete_inputs: list | str | None = None) -> OpCost | None:
+            concrete_inputs: list | str | None = None, input_strides: list | str | None = None) -> OpCost | None:
     """The cost of one call of op ``name`` from its trace arguments.
 
     ``input_dims``, ``input_types`` and ``concrete_inputs`` are the trace's ``Input Dims``,
     ``Input type`` and ``Concrete Inputs`` (the store's ``ops`` columns), either as JSON text
-    or already parsed. Returns ``None`` when the op has no cost model or its shapes are
+    or already parsed; ``input_strides`` the trace's ``Input Strides``: with them, the bytes an
+    input costs to read are those of its storage (a broadcast or expanded input counts once,
+    :func:`storage_elements`), not of its view; outputs count what is written. FLOPs do not
+    depend on strides. Returns ``None`` when the op has no cost model or its shapes are
     missing or inconsistent; never raises.
 
     Roof (``dtype``) rule: matrix ops (GEMM, attention, convolution) take the widest dtype of
@@ -1808,7 +1857,8 @@ def op_cost(name: str, input_dims: list | str | None, input_types: list | str | 
             dims = []
         types = _parse_list(input_types) or []
         conc = _parse_list(concrete_inputs) or []
-        call = _Call(key, dims, types, conc)
+        strides = _parse_list(input_strides) if input_strides is not None else None
+        call = _Call(key, dims, types, conc, strides)
         if handler in (_view, _alloc):
             return handler(call)
         if not dims:

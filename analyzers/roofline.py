@@ -32,20 +32,33 @@ Pure functions; they never print. The rules, exactly (also in ``docs/roofline.md
    so ``2 x bytes``), memsets against device memory (``bytes`` written); a copy to another GPU
    (``PtoP``) is not judged (its link is not in the spec database).
 
+1b. **The roof follows the math that ran**: an fp32 GEMM or convolution whose kernels are TF32
+   (or AMD xf32 / bf16x3) tensor-core kernels is judged against the ``tf32`` roof, one on SIMT
+   fp32 kernels against ``fp32`` (:func:`kernel_math`, :func:`roof_dtype_for_math`).
+7. **cache_bound** (:func:`settle_over_roof`): work measured faster than its roof whose
+   achieved bandwidth exceeds the HBM roof and whose working set fits a cache is judged against
+   that cache (no roof time and no percent when its bandwidth is not published).
+8. **model_error**: work still faster than every roof it could be judged against is flagged,
+   with no roof time and no percent. No entry is ever shown above 100 % of its roof.
+
 Achieved FLOP/s and bytes/s are ``flops / t`` and ``bytes / t`` over the measured GPU time
 ``t``; ``pct_of_roof = roof_us / t`` (1.0 = at the roof); ``saved_us = t - roof_us`` is the
 time the work would save at the roof.
 """
 from __future__ import annotations
 
+import re as _re
 from dataclasses import dataclass, field
+from typing import Any
 
 #: Work that would take less than this at the roof (µs) is latency-bound.
 LATENCY_WORK_US = 2.0
 #: Kernels without a cost model whose mean duration is below this (µs) are latency-bound.
 LATENCY_KERNEL_US = 5.0
 
-BOUNDS = ("compute_bound", "memory_bound", "latency_bound", "unknown")
+BOUNDS = ("compute_bound", "memory_bound", "cache_bound", "latency_bound", "unknown")
+#: A percent of roof above 1 + this is "above the roof" (float noise at exactly 100 % is not).
+OVER_ROOF_TOLERANCE = 1e-9
 
 
 @dataclass(frozen=True)
@@ -66,6 +79,16 @@ class Roof:
     #: memory's on an APU), and the link's name ("PCIe Gen4 x16"); None when not known.
     host_bw_bytes_per_s: float | None = None
     host_link: str | None = None
+    #: The on-chip caches work can be served from, smallest first: (name, size in bytes,
+    #: bandwidth in bytes/s or None when not published). L2, then AMD's Infinity Cache (MALL).
+    caches: tuple[tuple[str, float, float | None], ...] = ()
+
+    def cache_for(self, working_set_bytes: float) -> tuple[str, float, float | None] | None:
+        """The smallest cache that holds ``working_set_bytes`` (None: none does)."""
+        for cache in self.caches:
+            if working_set_bytes <= cache[1]:
+                return cache
+        return None
 
     def peak(self, dtype: str | None) -> float | None:
         """Peak FLOP/s for ``dtype`` (None when unknown or unsupported)."""
@@ -248,6 +271,106 @@ def classify_by_name(mean_us: float, family: str, bound_hint: str | None, family
     return Verdict("unknown", "none", f"no cost model and no bound for the {family} family ({family_reason})")
 
 
+# --------------------------------------------------------------------------------------------
+# The math that ran: TF32 / xf32 tensor-core kernels of fp32 matrix ops
+# --------------------------------------------------------------------------------------------
+
+#: Kernel names that do fp32 matrix work on tensor cores with reduced-precision inputs (judged
+#: against the ``tf32`` roof). NVIDIA: cuBLAS/cuDNN ``sm80_xmma_gemm_f32f32_tf32f32_*``,
+#: ``*_tf32_*`` (cuBLASLt), CUTLASS ``cutlass_80_tensorop_s1688gemm_*`` (an ``s`` = fp32 GEMM on
+#: tensor ops, which for fp32 data is TF32); AMD: ``xf32`` (MI300's TF32-like mode, hipBLASLt
+#: ``_XF32_``) and ``bf16x3`` (fp32 emulated with three bf16 products on MI355).
+TF32_KERNEL_RE = _re.compile(r"tf32|xf32|bf16x3|tensorop_s\d|s1688gemm", _re.I)
+#: Kernel names of fp32 GEMMs and convolutions on the SIMT (CUDA) cores: ``ampere_sgemm_*``,
+#: ``volta_sgemm_*``, cuDNN's ``*scudnn*`` and ``implicit_convolve_sgemm``, ``gcgemm`` (complex
+#: fp32), cuBLAS's ``gemmSN`` / ``gemv`` (matrix-vector) kernels.
+SIMT_FP32_KERNEL_RE = _re.compile(r"sgemm|scudnn|gcgemm|gemmsn|gemv", _re.I)
+
+
+def kernel_math(name: str | None) -> str | None:
+    """The math an fp32 matrix kernel ran, read from its name: ``"tf32"`` (tensor cores with
+    TF32/xf32/bf16x3 inputs), ``"fp32"`` (SIMT fp32) or None (the name does not say)."""
+    if not name:
+        return None
+    if TF32_KERNEL_RE.search(name):
+        return "tf32"
+    if SIMT_FP32_KERNEL_RE.search(name):
+        return "fp32"
+    return None
+
+
+#: Cost-model kinds whose fp32 work may run on tensor cores (the rest run on vector units).
+MATRIX_KINDS = frozenset({"gemm", "conv"})
+
+
+def roof_dtype_for_math(dtype: str | None, kind: str | None, math: str | None) -> str | None:
+    """The roof of an op whose kernels ran ``math`` (see :func:`kernel_math`): an fp32 GEMM or
+    convolution (cost-model roof ``fp32``, or ``tf32`` for cuDNN's default) follows its
+    kernels; any other op, or a kernel name that says nothing, keeps ``dtype``."""
+    if math is None or kind not in MATRIX_KINDS or dtype not in ("fp32", "tf32"):
+        return dtype
+    return math
+
+
+# --------------------------------------------------------------------------------------------
+# Never above the roof: caches, and model errors
+# --------------------------------------------------------------------------------------------
+
+def _mb_words(n: float) -> str:
+    return f"{n / 1e6:.3g} MB"
+
+
+def settle_over_roof(time_us: float, roof_us: float | None, flops: float | None, nbytes: float | None,
+                     working_set_bytes: float | None, dtype: str | None, roof: Roof,
+                     link: str | None = None, compute_us: float | None = None) -> dict[str, Any] | None:
+    """Re-judge work measured faster than its roof (``roof_us > time_us``): None when it is not.
+
+    ``flops`` and ``nbytes`` are the work's totals over the measured ``time_us``;
+    ``working_set_bytes`` the bytes one call touches; ``compute_us`` (instead of ``flops`` and
+    ``dtype``) the compute part's time at the peak, for work summed over several dtypes.
+    Device-memory work whose achieved
+    bandwidth exceeds the HBM roof, whose compute fits the time and whose working set fits a
+    cache of the GPU (:attr:`Roof.caches`) is judged against that cache: ``cache_bound``, its
+    ``roof_us`` the time at the cache's bandwidth (``None``, with no percent, when the spec
+    database has no bandwidth for that cache). When that still does not hold (the cache roof is
+    overshot too, the compute part alone is faster than the peak, or host-link copies beat the
+    link) the cost model overstates the work: ``model_error``, no roof time and no percent.
+
+    Returns the fields to update on the entry: ``bound`` (None: unchanged), ``roof_us``,
+    ``pct_of_roof``, ``saved_us``, ``model_error``, ``cache`` and ``reason``.
+    """
+    if roof_us is None or time_us <= 0 or roof_us <= time_us * (1 + OVER_ROOF_TOLERANCE):
+        return None
+    t_s = time_us / 1e6
+    pct = 100 * roof_us / time_us
+    if compute_us is None:
+        peak = roof.peak(dtype)
+        compute_us = flops / peak * 1e6 if flops and peak else 0.0
+    bw = roof.mem_bw_bytes_per_s
+    if (link != "host_link" and nbytes and bw and nbytes / t_s > bw and working_set_bytes
+            and compute_us <= time_us * (1 + OVER_ROOF_TOLERANCE)):
+        cache = roof.cache_for(working_set_bytes)
+        if cache is not None:
+            cname, csize, cbw = cache
+            seen = (f"{nbytes / t_s / 1e12:.2f} TB/s achieved, above the {bw / 1e12:.2f} TB/s HBM roof; "
+                    f"working set {_mb_words(working_set_bytes)} fits the {_mb_words(csize)} {cname}")
+            if cbw is None:
+                return {"bound": "cache_bound", "roof_us": None, "pct_of_roof": None, "saved_us": None,
+                        "model_error": False, "cache": cname,
+                        "reason": f"{seen}; its bandwidth is not in the spec database: no percent of roof"}
+            cache_us = max(compute_us, nbytes / cbw * 1e6)
+            if cache_us <= time_us * (1 + OVER_ROOF_TOLERANCE):
+                return {"bound": "cache_bound", "roof_us": cache_us, "pct_of_roof": cache_us / time_us,
+                        "saved_us": max(time_us - cache_us, 0.0), "model_error": False, "cache": cname,
+                        "reason": f"{seen}: judged against its {cbw / 1e12:.2f} TB/s"}
+    what = ("host link" if link == "host_link" else
+            f"{dtype or 'peak'} compute" if compute_us > time_us * (1 + OVER_ROOF_TOLERANCE) else "memory")
+    return {"bound": None, "roof_us": None, "pct_of_roof": None, "saved_us": None, "model_error": True,
+            "cache": None,
+            "reason": f"model_error: the cost model puts this at {pct:.0f}% of the {what} roof "
+                      f"({roof_us:.1f} µs at the roof, {time_us:.1f} µs measured): it overstates the work"}
+
+
 #: The rules above as data, for the ``roofline.rules`` block of ``analyze --json``.
 ROOFLINE_RULES = {
     "latency_work_us": LATENCY_WORK_US,
@@ -263,6 +386,12 @@ ROOFLINE_RULES = {
         "host_bytes / host_link_bw (one direction of the PCIe or NVLink-C2C link) to the max, and "
         "make it memory-bound on the host link (link 'host_link') when that term is the largest; "
         "memcpy activities are judged on their own: host<->device against the host link, "
-        "device-to-device against device memory (2 x bytes), memsets against device memory."
+        "device-to-device against device memory (2 x bytes), memsets against device memory. "
+        "The roof of an fp32 GEMM or convolution follows the math its kernels ran (tf32 for TF32/xf32 "
+        "tensor-core kernel names, fp32 for SIMT ones). Work measured faster than its roof is re-judged: "
+        "cache_bound against the smallest cache (L2, Infinity Cache) that holds its working set when its "
+        "achieved bandwidth exceeds the HBM roof (roof and percent null when the cache's bandwidth is not "
+        "published); otherwise model_error (the cost model overstates the work; roof and percent null). "
+        "No entry is ever shown above 100 % of its roof."
     ),
 }

@@ -49,7 +49,7 @@ def test_time_breakdown_matches_reference(rel: str, db) -> None:
     for key, want in zip(("compute", "communication", "memory", "idle"), EXPECTED[rel]):
         assert t[key] == pytest.approx(want, rel=1e-6, abs=0.002), (key, t[key], want)
     roof = doc["roofline_us"]
-    assert set(roof) == {"compute_bound", "memory_bound", "latency_bound", "unknown"}
+    assert set(roof) == {"compute_bound", "memory_bound", "cache_bound", "latency_bound", "unknown"}
     assert sum(roof.values()) == pytest.approx(t["compute"], abs=1e-6)
 
 

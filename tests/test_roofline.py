@@ -29,7 +29,7 @@ def test_bound_classes_have_one_definition() -> None:
     analysis splits its compute time into exactly them."""
     from gpuscope.analyzers import breakdown, families
 
-    assert BOUNDS == ("compute_bound", "memory_bound", "latency_bound", "unknown")
+    assert BOUNDS == ("compute_bound", "memory_bound", "cache_bound", "latency_bound", "unknown")
     assert {hint for _, hint, _ in families._RULES if hint is not None} <= set(BOUNDS)
     assert breakdown.BOUNDS is BOUNDS
 
@@ -212,7 +212,8 @@ def test_analyze_classifies_against_the_h100_roof(tmp_path: Path, db: Path) -> N
     assert mm["pct_of_roof"] == pytest.approx(mm["roof_us"] / 1500)
     assert ops["aten::add"]["bound"] == "latency_bound"
     r = doc["roofline_us"]
-    assert r == pytest.approx({"compute_bound": 1500.0, "memory_bound": 0.0, "latency_bound": 2.0, "unknown": 50.0})
+    assert r == pytest.approx({"compute_bound": 1500.0, "memory_bound": 0.0, "cache_bound": 0.0,
+                               "latency_bound": 2.0, "unknown": 50.0})
     assert sum(r.values()) == pytest.approx(doc["time_us"]["compute"])
     kern = {k["name"]: k for k in doc["kernels"]}
     assert kern["sm90_xmma_gemm_bf16bf16_bf16f32"]["flops"] == pytest.approx(flops)

@@ -5,12 +5,13 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from ..textsafe import visible
 from .ingest import MALFORMED_NOTE
 from .table import DEFAULT_WIDTH, fmt_pct, fmt_rate, fmt_us, prose, shorten, table, whole, wrap_prose
 
 
-BOUND_LABEL = {"compute_bound": "compute", "memory_bound": "memory", "latency_bound": "latency",
-               "unknown": "unknown", None: "-"}
+BOUND_LABEL = {"compute_bound": "compute", "memory_bound": "memory", "cache_bound": "cache",
+               "latency_bound": "latency", "unknown": "unknown", None: "-"}
 
 
 def bound_label(item: dict[str, Any]) -> str:
@@ -29,6 +30,8 @@ def bound_label(item: dict[str, Any]) -> str:
 
 def roof_pct(item: dict[str, Any]) -> str:
     p = item.get("pct_of_roof")
+    if item.get("model_error"):
+        return "model err"  # the cost model overshoots every roof: no percent (see the notes)
     return "-" if p is None else f"{100 * p:.0f}%"
 
 
@@ -67,17 +70,21 @@ def render_analysis(doc: dict[str, Any], top: int = 10, wide: bool = False, widt
     ``wide`` shows names and shapes whole instead of shortened."""
     cut = whole if wide else shorten
     run = doc["run"]
-    out = [f"run {run['id']} '{run['name']}' ({run['source']}, {run['status']})"]
+    # names from the trace and its file (run, device, path, notes) are shown with their control
+    # characters visible (textsafe); table cells are made so by table()
+    out = [f"run {run['id']} '{visible(str(run['name']))}' ({run['source']}, {run['status']})"]
     devs = doc["devices"]
     if devs:
         for d in devs:
             if d.get("kind") not in (None, "gpu"):
-                out.append(f"  device {d['key']}: {d.get('name') or 'unnamed'} [{d.get('kind')}]")
+                out.append(f"  device {visible(str(d['key']))}: {visible(str(d.get('name') or 'unnamed'))} "
+                           f"[{visible(str(d.get('kind')))}]")
                 continue
             spec = d.get("spec") or "spec unknown"
-            out.append(f"  device {d['key']}: {d.get('name') or 'unnamed'} [{d.get('vendor')}, {spec}]")
+            out.append(f"  device {visible(str(d['key']))}: {visible(str(d.get('name') or 'unnamed'))} "
+                       f"[{visible(str(d.get('vendor')))}, {visible(str(spec))}]")
     for e in doc.get("excluded_traces") or ():
-        out.append(f"  not counted: trace {e['trace_id']} ({e['path'].rsplit('/', 1)[-1]}): it only captures "
+        out.append(f"  not counted: trace {e['trace_id']} ({visible(e['path'].rsplit('/', 1)[-1])}): it only captures "
                    "CUDA/HIP graphs, which the run's other traces replay; it maps their kernels to ops")
     t = doc["time_us"]
     if not doc["gpu_activity"]:
@@ -103,20 +110,22 @@ def render_analysis(doc: dict[str, Any], top: int = 10, wide: bool = False, widt
                 ["bound", "time", "share of compute"],
                 [(label, fmt_us(r.get(b, 0.0)), fmt_pct(r.get(b, 0.0), t["compute"]))
                  for b, label in (("compute_bound", "compute-bound"), ("memory_bound", "memory-bound"),
-                                  ("latency_bound", "latency-bound"), ("unknown", "unknown"))],
+                                  ("cache_bound", "cache-bound"), ("latency_bound", "latency-bound"),
+                                  ("unknown", "unknown"))
+                 if b != "cache_bound" or r.get(b)],  # the cache row only when some work is served from cache
                 "lrr",
             ))
             host_copies = any(k.get("link") == "host_link" for k in doc.get("kernels", []))
             for d in (doc.get("roofline") or {}).get("devices", []):
                 if d.get("spec") is None:
-                    out.append(f"  {d['key']}: no roof ({d.get('note') or 'GPU not identified'})")
+                    out.append(f"  {visible(str(d['key']))}: no roof ({visible(str(d.get('note') or 'GPU not identified'))})")
                 else:
                     src = d.get("roof_source")
                     via = d.get("identified_via")
-                    extra = "" if d.get("exact", True) else f"; inferred: {d.get('note')}"
+                    extra = "" if d.get("exact", True) else f"; inferred: {visible(str(d.get('note')))}"
                     if (doc.get("roofline") or {}).get("roof") == "measured" and src != "measured":
                         # asked for the measured roof and fell back: say so, not silently
-                        extra += f"; --roof measured: {d.get('note') or 'no calibration of this GPU'}"
+                        extra += f"; --roof measured: {visible(str(d.get('note') or 'no calibration of this GPU'))}"
                     bw = fmt_rate(d.get("mem_bw_bytes_per_s"), "B/s")
                     out.append(f"  {d['key']}: judged against {d['spec']} ({src} roof, {bw}; identified by {via}{extra})")
                     if host_copies and d.get("host_link_bytes_per_s"):
@@ -174,7 +183,7 @@ def render_analysis(doc: dict[str, Any], top: int = 10, wide: bool = False, widt
         out.append("")
         out.append("Advice")
         for a in advice:
-            out.append(prose(a["message"], width, "  - ", "    "))
+            out.append(prose(visible(str(a["message"])), width, "  - ", "    "))
     c = doc["counts"]
     if doc["gpu_activity"] and c["gpu_activities_without_op"]:
         out.append("")
@@ -193,11 +202,11 @@ def render_analysis(doc: dict[str, Any], top: int = 10, wide: bool = False, widt
     skipped = doc.get("skipped") or {}
     if skipped:
         out.append("")
-        out.append("Skipped malformed events: " + ", ".join(f"{n} {r}" for r, n in skipped.items()))
+        out.append("Skipped malformed events: " + ", ".join(f"{n} {visible(str(r))}" for r, n in skipped.items()))
     # The ingest notes on skipped events, a CPU-only trace and graph replays repeat what is said above.
     notes = [n for n in doc.get("notes", [])
              if not MALFORMED_NOTE.match(n) and not n.startswith("no GPU activity")
              and "kernels replayed from CUDA/HIP graphs" not in n]
     for n in notes:
-        out.append(f"note: {n}")
+        out.append(f"note: {visible(str(n))}")
     return wrap_prose(out, None if wide else width)

@@ -4,6 +4,7 @@ from __future__ import annotations
 from typing import Any
 
 from .analysis import BOUND_LABEL, bound_label, dims, roof_pct
+from ..textsafe import visible
 from .table import DEFAULT_WIDTH, fmt_us, shorten, table, whole, wrap_prose
 
 
@@ -18,7 +19,7 @@ def render_compare(doc: dict[str, Any], top: int = 15, wide: bool = False, width
 
     def label(r: dict[str, Any]) -> str:
         devs = ", ".join(sorted({d.get("spec") or d.get("name") or d["key"] for d in r["devices"]})) or "no GPU"
-        return f"run {r['id']} '{r['name']}' [{devs}]"
+        return f"run {r['id']} '{visible(str(r['name']))}' [{visible(devs)}]"
 
     out = [f"A: {label(a)}", f"B: {label(b)}", "", "Totals (ratio = B / A; above 1: B takes longer)"]
     t = doc["totals"]
@@ -30,7 +31,8 @@ def render_compare(doc: dict[str, Any], top: int = 15, wide: bool = False, width
     ra, rb = t["roofline_us"]["a"], t["roofline_us"]["b"]
     out.append(table(["compute by bound", "A", "B"],
                      [(BOUND_LABEL[k], fmt_us(ra.get(k)), fmt_us(rb.get(k))) for k in
-                      ("compute_bound", "memory_bound", "latency_bound", "unknown")], "lrr"))
+                      ("compute_bound", "memory_bound", "cache_bound", "latency_bound", "unknown")
+                      if k != "cache_bound" or ra.get(k) or rb.get(k)], "lrr"))
     m = doc["matched"][:top]
     if m:
         out.append("")

@@ -14,7 +14,8 @@ from typing import Any
 from .table import fmt_rate as _si
 from .table import fmt_us as _us
 
-BOUND_COLOURS = {"compute_bound": "#d9534f", "memory_bound": "#2b7bba", "latency_bound": "#e8a317", "unknown": "#8a8a8a"}
+BOUND_COLOURS = {"compute_bound": "#d9534f", "memory_bound": "#2b7bba", "cache_bound": "#3aa87a",
+                 "latency_bound": "#e8a317", "unknown": "#8a8a8a"}
 BREAKDOWN = (("compute", "#d9534f"), ("communication", "#8e44ad"), ("memory", "#2b7bba"), ("idle", "#c8c8c8"))
 #: Ops drawn on the roofline and listed (the most time first).
 TOP = 30
@@ -44,6 +45,12 @@ def esc(v: Any) -> str:
 
 def _pct(frac: float | None) -> str:
     return "-" if frac is None else f"{100 * float(frac):.0f}%"
+
+
+def _roof_pct(item: dict[str, Any]) -> str:
+    """Percent of roof of an op or kernel; "model error" where the cost model overshoots every
+    roof (the analysis withholds the percent rather than show it above 100 %)."""
+    return "model error" if item.get("model_error") else _pct(item.get("pct_of_roof"))
 
 
 def _dims(o: dict[str, Any]) -> str:
@@ -154,7 +161,7 @@ def _roofline(doc: dict[str, Any]) -> str:
     for i, o in enumerate(pts):
         r = 3 + 12 * math.sqrt(float(o.get("kernel_us") or 0) / total)
         colour = BOUND_COLOURS.get(o.get("bound") or "unknown", BOUND_COLOURS["unknown"])
-        title = (f"{o['name']} {_dims(o)} — {o.get('bound')}, {_pct(o.get('pct_of_roof'))} of roof, "
+        title = (f"{o['name']} {_dims(o)} — {o.get('bound')}, {_roof_pct(o)} of roof, "
                  f"{_us(o.get('kernel_us'))}, {_si(o.get('achieved_flops_per_s'), 'FLOP/s')} at "
                  f"{float(o['intensity_flop_per_byte']):,.2f} FLOP/B")
         g.append(f"<circle class='pt' data-op='{i}' cx='{px(float(o['intensity_flop_per_byte'])):.1f}' "
@@ -174,7 +181,7 @@ def _ops_table(doc: dict[str, Any]) -> str:
         share = _pct(float(o.get("kernel_us") or 0) / busy) if busy else "-"
         rows.append(f"<tr><td><code>{esc(o['name'])}</code> <span class='muted'>{esc(_dims(o))}</span></td>"
                     f"<td class='n'>{o.get('count', 0):,}</td><td class='n'>{esc(_us(o.get('kernel_us')))}</td>"
-                    f"<td class='n'>{share}</td><td>{esc(o.get('bound'))}</td><td class='n'>{_pct(o.get('pct_of_roof'))}</td>"
+                    f"<td class='n'>{share}</td><td>{esc(o.get('bound'))}</td><td class='n'>{_roof_pct(o)}</td>"
                     f"<td class='n'>{esc(_us(o.get('saved_us')))}</td></tr>")
     return ("<table><tr><th>op [shapes]</th><th class='n'>calls</th><th class='n'>GPU time</th><th class='n'>share</th>"
             "<th>bound</th><th class='n'>of roof</th><th class='n'>saved at roof</th></tr>" + "".join(rows) + "</table>")
@@ -183,7 +190,7 @@ def _ops_table(doc: dict[str, Any]) -> str:
 def _kernels_table(doc: dict[str, Any]) -> str:
     rows = [f"<tr><td><code>{esc(k['name'])}</code></td><td>{esc(k.get('category'))}</td><td class='n'>{k.get('count', 0):,}</td>"
             f"<td class='n'>{esc(_us(k.get('total_us')))}</td><td>{esc(k.get('bound'))}</td>"
-            f"<td class='n'>{_pct(k.get('pct_of_roof'))}</td></tr>" for k in (doc.get("kernels") or [])[:TOP]]
+            f"<td class='n'>{_roof_pct(k)}</td></tr>" for k in (doc.get("kernels") or [])[:TOP]]
     return ("<table><tr><th>kernel</th><th>category</th><th class='n'>count</th><th class='n'>time</th><th>bound</th>"
             "<th class='n'>of roof</th></tr>" + "".join(rows) + "</table>")
 

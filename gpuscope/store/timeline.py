@@ -146,6 +146,7 @@ def event_queries(run_id: int, base: int, lo_ns: int | None = None, hi_ns: int |
                            'args', json_object('External id', o.external_id, 'Sequence number', o.sequence_number,
                                                'Input Dims', TRY_CAST(o.input_dims AS JSON),
                                                'Input type', TRY_CAST(o.input_types AS JSON),
+                                               'Input Strides', TRY_CAST(o.input_strides AS JSON),
                                                'gpuscope.bound', oa.bound, 'gpuscope.intensity_flop_per_byte', oa.intensity,
                                                'gpuscope.achieved_flops_per_s', oa.flops_per_s,
                                                'gpuscope.achieved_bytes_per_s', oa.bytes_per_s,

@@ -8,6 +8,7 @@ from __future__ import annotations
 from functools import partial
 from typing import Any
 
+from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import VerticalScroll
@@ -18,6 +19,7 @@ from gpuscope.render.analysis import bound_label, dims, roof_pct
 from gpuscope.render.table import fmt_pct, fmt_rate, fmt_us, shorten
 
 from .. import data
+from ..text import safe_text
 from ..widgets.breakdown import BreakdownBar
 from ..widgets.roofline import RooflinePlot, dominant_roof, points_from_analysis
 from ..widgets.timeline import Timeline, build
@@ -26,7 +28,7 @@ NAME_W = 28
 #: How often the screen reads its run again while the run is still recording (a `gpuscope run`
 #: elsewhere is writing it): the analysis of a large run takes a good part of a second.
 RECORDING_REFRESH_S = 5.0
-BOUND_ORDER = {"compute_bound": 0, "memory_bound": 1, "latency_bound": 2, "unknown": 3}
+BOUND_ORDER = {"compute_bound": 0, "memory_bound": 1, "cache_bound": 2, "latency_bound": 3, "unknown": 4}
 
 #: The orders ``s`` cycles through: (label, sort key of an op or kernel entry; ascending).
 SORTS: tuple[tuple[str, Any], ...] = (
@@ -58,6 +60,13 @@ def kernel_cells(k: dict[str, Any], whole_us: float, name_w: int = NAME_W) -> tu
     us = float(k.get("total_us") or 0.0)
     return (shorten(k["name"], name_w), fmt_us(us), fmt_pct(us, whole_us).strip(), bound_label(k),
             roof_pct(k), fmt_us(k.get("saved_us")))
+
+
+def plain_cell(value: str) -> Text:
+    """A table cell as plain text, as DataTable draws a one-line string cell, but never read as
+    Rich markup: op and kernel names are data (``[/]`` in one stopped the screen with a
+    MarkupError, ``[link=URL]`` made it a terminal hyperlink); control characters shown."""
+    return Text(safe_text(value), end="", no_wrap=True)
 
 
 def name_width(screen_width: int, rows: list[tuple[str, ...]] = (), headers: tuple[str, ...] = ()) -> int:
@@ -179,7 +188,7 @@ class RunScreen(Screen[None]):
     def _status(self, text: str, busy: bool = False) -> None:
         self.message = text
         status = self.query_one("#run-status", Static)
-        status.update(text)
+        status.update(safe_text(text, layout=True))  # messages quote file names
         status.set_class(busy, "busy")
 
     # ---------------------------------------------------------------- showing
@@ -195,8 +204,8 @@ class RunScreen(Screen[None]):
         run = doc["run"]
         self.run_id = run["id"]
         devs = devices_label(doc["devices"])
-        self.query_one("#run-title", Static).update(
-            f"run {run['id']} '{run['name']}' ({run.get('source')}, {run.get('status')}) — {devs}")
+        self.query_one("#run-title", Static).update(safe_text(
+            f"run {run['id']} '{run['name']}' ({run.get('source')}, {run.get('status')}) — {devs}"))
         gpu = bool(doc.get("gpu_activity"))
         breakdown = self.query_one(BreakdownBar)
         breakdown.display = gpu
@@ -257,7 +266,7 @@ class RunScreen(Screen[None]):
             items = doc[kind]
             name_w = name_width(width, [cells(item, whole, 1) for item in items], headers)
             for key in sorted_keys(items, kind, self.sort):
-                table.add_row(*cells(items[int(key.split(":")[1])], whole, name_w), key=key)
+                table.add_row(*(plain_cell(c) for c in cells(items[int(key.split(":")[1])], whole, name_w)), key=key)
             if keep is not None and keep in table.rows:
                 table.move_cursor(row=table.get_row_index(keep))
         by = SORTS[self.sort][0]
@@ -292,7 +301,7 @@ class RunScreen(Screen[None]):
         self.query_one("#roof-heading", Static).update(f"Roofline of the {kind} ({placed} of {len(points)} placed)")
         note = self.query_one("#roof-note", Static)
         note.display = True
-        note.update(f"{roof}. ■ compute ● memory ▲ latency ? unknown ◆ selected; "
+        note.update(f"{safe_text(roof)}. ■ compute ● memory ▼ cache ▲ latency ? unknown ◆ selected; "
                     "rows without FLOPs or bytes have no place on a log scale.")
 
     def _show_timeline(self, detail: dict[str, Any]) -> None:
@@ -312,7 +321,8 @@ class RunScreen(Screen[None]):
     def _show_advice(self, doc: dict[str, Any]) -> None:
         lines = [f"• {a['message']}" for a in doc.get("advice") or ()]
         lines += [f"note: {n}" for n in doc.get("notes") or ()]
-        self.query_one("#run-advice", Static).update("\n".join(lines) or "No advice for this run.")
+        self.query_one("#run-advice", Static).update("\n".join(safe_text(line) for line in lines)
+                                                     or "No advice for this run.")
 
     # ---------------------------------------------------------------- keys and selection
 

@@ -17,6 +17,7 @@ from textual.widget import Widget
 BOUND_STYLE: dict[str, tuple[str, str]] = {
     "compute_bound": ("■", "green"),
     "memory_bound": ("●", "dodger_blue1"),
+    "cache_bound": ("▼", "cyan"),
     "latency_bound": ("▲", "yellow"),
     "unknown": ("?", "grey62"),
 }
