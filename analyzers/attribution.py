@@ -19,6 +19,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from .common import json_or_none
+from .coverage import CoverageTally, reason_for_op, reason_for_unroofed
 from .families import kernel_family
 from .roofline import (
     BOUNDS,
@@ -294,11 +295,14 @@ def attribute(con: duckdb.DuckDBPyConnection, run_id: int, roofs: dict[int, Devi
         [run_id, tf32_names, simt_names],
     ).fetchall()
     groups = []
+    # (kernel, device, attribution, µs, verdict, op name, dims, types, concrete): for coverage
+    cov_groups: list[tuple[Any, ...]] = []
     uncosted_mean: dict[str, list[float]] = {}
     for name, dev, attr, oname, dims, types, concrete, strides, math, n, dur_us, shares in krows:
         cost = cost_of((oname, dims, types, concrete, strides), math) if oname is not None else None
         v = call_verdict(cost, int(dev)) if cost is not None else None
         groups.append((name, int(dev), attr, int(n), float(dur_us), float(shares), cost, v))
+        cov_groups.append((name, int(dev), attr, float(dur_us), v, oname, dims, types, concrete))
         if v is None:
             acc = uncosted_mean.setdefault(name, [0.0, 0])
             acc[0] += float(dur_us)
@@ -430,9 +434,41 @@ def attribute(con: duckdb.DuckDBPyConnection, run_id: int, roofs: dict[int, Devi
                 if settled["cache"]:
                     entry["cache"] = settled["cache"]
         ops_out[sig] = entry
-    copies = _copy_verdicts(con, run_id, roofs, kept, category)
+    tally = CoverageTally()
+    _tally_compute(tally, cov_groups, kernels_out, ops_out, roofs)
+    for name, us in con.execute(
+        f"SELECT name, sum(dur_ns) / 1e3 FROM kernels WHERE run_id = $1 AND {category} = 'communication'{kept} "
+        "GROUP BY name ORDER BY name", [run_id]
+    ).fetchall():
+        tally.unjudged_time(name, "communication", "communication", float(us))
+    copies = _copy_verdicts(con, run_id, roofs, kept, category, tally)
     return {"roofline_us": roofline_us, "kernels": kernels_out, "ops": ops_out, "copies": copies,
-            "model_errors": model_error_note(ops_out, kernels_out, copies)}
+            "model_errors": model_error_note(ops_out, kernels_out, copies), "coverage": tally}
+
+
+def _tally_compute(tally: CoverageTally, cov_groups: list[tuple[Any, ...]], kernels: dict[str, dict[str, Any]],
+                   ops: dict[tuple[Any, ...], dict[str, Any]], roofs: dict[int, DeviceRoof]) -> None:
+    """Count each compute kernel group's time as judged (its call's cost model gave a roof
+    time, and neither its kernel nor its op is a ``model_error``) or unjudged with its reason
+    (:mod:`gpuscope.analyzers.coverage`). Name-family and duration placements are unjudged."""
+    for kname, dev, attr, us, v, oname, dims, types, concrete in cov_groups:
+        dev_roof = roofs.get(dev)
+        roof_source = dev_roof.roof.source if dev_roof else None
+        label, kind = (oname, "op") if oname is not None else (kname, "kernel")
+        if v is not None and v.roof_us is not None:
+            op_entry = ops.get((oname, dims, types), {})
+            if kernels.get(kname, {}).get("model_error") or op_entry.get("model_error"):
+                tally.unjudged_time(label, kind, "model_error", us)
+            else:
+                tally.judged(us)
+        elif roof_source is None:
+            tally.unjudged_time(label, kind, "no_spec", us)
+        elif v is not None:
+            tally.unjudged_time(label, kind, reason_for_unroofed(roof_source, v.reason), us)
+        elif oname is not None:
+            tally.unjudged_time(label, kind, reason_for_op(oname, dims, concrete), us)
+        else:
+            tally.unjudged_time(label, kind, "graph_replay_unmapped" if attr == "graph_replay" else "no_op", us)
 
 
 def model_error_note(ops: dict[tuple[Any, ...], dict[str, Any]], kernels: dict[str, dict[str, Any]],
@@ -503,7 +539,7 @@ def _op_verdict(cost: Any, parts: dict[int | None, list[Any]], roof: Roof) -> Ve
 
 
 def _copy_verdicts(con: duckdb.DuckDBPyConnection, run_id: int, roofs: dict[int, DeviceRoof], kept: str,
-                   category: str) -> dict[str, dict[str, Any]]:
+                   category: str, tally: CoverageTally | None = None) -> dict[str, dict[str, Any]]:
     """Memcpy and memset activities, per name, judged against the link they cross
     (:func:`gpuscope.analyzers.roofline.classify_copy`): host<->device copies against the host
     link, device-to-device copies and memsets against device memory."""
@@ -533,7 +569,9 @@ def _copy_verdicts(con: duckdb.DuckDBPyConnection, run_id: int, roofs: dict[int,
                                   "confidence_us": defaultdict(float), "reasons": defaultdict(float),
                                   "bytes": 0.0, "bytes_us": 0.0, "roof_us": 0.0, "roofed_us": 0.0,
                                   "traffic": 0.0, "working_set": 0.0, "device": int(dev),
-                                  "roofed_bound_us": defaultdict(float)})
+                                  "roofed_bound_us": defaultdict(float), "unjudged": defaultdict(float)})
+        if v.roof_us is None:
+            e["unjudged"]["no_spec" if roof is None or roof.roof.source is None else "copy_not_judged"] += float(t)
         e["bound_us"][v.bound] += float(t)
         e["confidence_us"][v.confidence] += float(t)
         e["reasons"][v.reason] += float(t)
@@ -565,6 +603,14 @@ def _copy_verdicts(con: duckdb.DuckDBPyConnection, run_id: int, roofs: dict[int,
                     e["bound_us"][b] -= t
                     e["bound_us"][settled["bound"]] += t
                 e["bound_us"] = {b: t for b, t in e["bound_us"].items() if abs(t) > 1e-9}
+        if tally is not None:
+            for reason, t in e["unjudged"].items():
+                tally.unjudged_time(name, "copy", reason, t)
+            if roofed:
+                if settled is not None and settled["model_error"]:
+                    tally.unjudged_time(name, "copy", "model_error", roofed)
+                else:
+                    tally.judged(roofed)
         result[name] = {
             "bound": max(e["bound_us"].items(), key=lambda kv: kv[1])[0],
             "confidence": max(e["confidence_us"].items(), key=lambda kv: kv[1])[0],

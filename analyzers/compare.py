@@ -43,6 +43,8 @@ def _run_summary(doc: dict[str, Any]) -> dict[str, Any]:
         "time_us": doc["time_us"],
         "roofline_us": doc["roofline_us"],
         "gpu_us": sum(doc["time_us"][c] for c in ("compute", "communication", "memory")),
+        # the share of its GPU time judged against a roof, and its largest unjudged work
+        "coverage": doc.get("coverage"),
     }
 
 
@@ -105,6 +107,7 @@ def compare_docs(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
            for c in ("compute", "communication", "memory", "idle")},
         "matched_ops_us": {"a": matched_a, "b": matched_b, "ratio": _ratio(matched_b, matched_a)},
         "roofline_us": {"a": a["roofline_us"], "b": b["roofline_us"]},
+        "coverage_share": {"a": (a.get("coverage") or {}).get("share"), "b": (b.get("coverage") or {}).get("share")},
     }
     return {
         "schema": SCHEMA,

@@ -5,7 +5,9 @@ Each trace (the vLLM graph capture and its replay together, as one run) is inges
 temporary store, analyzed with the spec roof, and every op and kernel entry whose
 ``pct_of_roof`` exceeds 1.0 is counted and listed (worst first) with its shapes, percent, class
 and the roof it was judged against. Also printed: how many entries are ``cache_bound`` and how
-many are flagged ``model_error`` (percent withheld).
+many are flagged ``model_error`` (percent withheld), and the run's roofline coverage (the share of
+its GPU time judged against a roof, ``coverage`` of ``analyze --json``) with its largest unjudged
+op or kernel.
 
     python bench/roof_truth.py                 # ../shared/data/traces
     python bench/roof_truth.py DIR --top 5 --json
@@ -167,6 +169,7 @@ def run(folder: Path, top: int, with_issue_cases: bool = False) -> list[dict[str
                 con.close()
             r = audit(doc, top)
             r["trace"] = name
+            r["coverage"] = doc.get("coverage")
             results.append(r)
     return results
 
@@ -175,7 +178,7 @@ def _fmt(results: list[dict[str, Any]]) -> str:
     lines = []
     tot_ops = tot_k = tot_cb = tot_me = 0
     lines.append(f"{'trace':58} {'ops>100%':>9} {'kern>100%':>9} {'cache_b':>8} {'model_err':>9} "
-                 f"{'judged':>7} {'max %':>7}")
+                 f"{'judged':>7} {'max %':>7} {'coverage':>8}  largest unjudged")
     for r in results:
         if "error" in r:
             lines.append(f"{r['trace']:58} not ingested: {r['error']}")
@@ -187,7 +190,7 @@ def _fmt(results: list[dict[str, Any]]) -> str:
         tot_me += c["model_error"]
         mx = "-" if c["max_pct"] is None else f"{c['max_pct']:.1f}"
         lines.append(f"{r['trace']:58} {c['ops']:>9} {c['kernels']:>9} {c['cache_bound']:>8} {c['model_error']:>9} "
-                     f"{c['judged']:>7} {mx:>7}")
+                     f"{c['judged']:>7} {mx:>7} {_coverage_words(r.get('coverage'))}")
         for w in r["worst"]:
             dims = json.dumps(w["dims"])[:60] if w["dims"] is not None else ""
             lines.append(f"    {w['pct']:7.1f}%  {w['what']:6} {str(w['name'])[:70]}  {dims}  "
@@ -195,6 +198,18 @@ def _fmt(results: list[dict[str, Any]]) -> str:
     lines.append(f"{'TOTAL':58} {tot_ops:>9} {tot_k:>9} {tot_cb:>8} {tot_me:>9}")
     lines.append(f"entries above 100 % of their roof: {tot_ops + tot_k}")
     return "\n".join(lines)
+
+
+def _coverage_words(cov: dict[str, Any] | None) -> str:
+    """The coverage column (share of GPU time judged against a roof) and the largest unjudged
+    op or kernel with its share and reason."""
+    if not cov or cov.get("share") is None:
+        return f"{'-':>8}  (no GPU time)"
+    words = f"{100 * cov['share']:7.1f}%"
+    if cov.get("unjudged"):
+        u = cov["unjudged"][0]
+        words += f"  {str(u['name'])[:60]} {100 * (u['share'] or 0):.1f} % ({u['reason']})"
+    return words
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from ..analyzers.coverage import coverage_line
 from ..textsafe import visible
 from .ingest import MALFORMED_NOTE
 from .table import DEFAULT_WIDTH, fmt_pct, fmt_rate, fmt_us, prose, shorten, table, whole, wrap_prose
@@ -131,6 +132,9 @@ def render_analysis(doc: dict[str, Any], top: int = 10, wide: bool = False, widt
                     if host_copies and d.get("host_link_bytes_per_s"):
                         out.append(f"  {d['key']}: host<->device copies judged against {d.get('host_link') or 'the host link'}"
                                    f" ({fmt_rate(d['host_link_bytes_per_s'], 'B/s')} per direction)")
+        cov_line = coverage_line(doc.get("coverage"), name_width=None if wide else 48)
+        if cov_line:
+            out.append(cov_line if wide else prose(cov_line, width, "", "  "))
         if len(doc["per_device"]) > 1:
             out.append("")
             out.append(table(

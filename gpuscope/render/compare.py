@@ -3,9 +3,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..analyzers.coverage import coverage_line
 from .analysis import BOUND_LABEL, bound_label, dims, roof_pct
 from ..textsafe import visible
-from .table import DEFAULT_WIDTH, fmt_us, shorten, table, whole, wrap_prose
+from .table import DEFAULT_WIDTH, fmt_us, prose, shorten, table, whole, wrap_prose
 
 
 def _ratio(r: float | None) -> str:
@@ -33,6 +34,10 @@ def render_compare(doc: dict[str, Any], top: int = 15, wide: bool = False, width
                      [(BOUND_LABEL[k], fmt_us(ra.get(k)), fmt_us(rb.get(k))) for k in
                       ("compute_bound", "memory_bound", "cache_bound", "latency_bound", "unknown")
                       if k != "cache_bound" or ra.get(k) or rb.get(k)], "lrr"))
+    for side, r in (("A", a), ("B", b)):
+        line = coverage_line(r.get("coverage"), top=2, name_width=None if wide else 40)
+        if line:
+            out.append(f"{side} {line}" if wide else prose(f"{side} {line}", width, "", "  "))
     m = doc["matched"][:top]
     if m:
         out.append("")

@@ -77,6 +77,9 @@ def _summary(data: dict[str, Any]) -> str:
     decode = gen.get("decode") or {}
     if decode.get("tokens_per_s") is not None:
         cards.append(("decode tokens/s", f"{decode['tokens_per_s']:,.1f}"))
+    share = (doc.get("coverage") or {}).get("share")
+    if share is not None:
+        cards.append(("roofline coverage", f"{100 * share:.1f} % judged"))
     energy = (data.get("telemetry") or {}).get("energy_j")
     if energy is not None:
         cards.append(("GPU energy", f"{energy:,.1f} J"))
@@ -174,6 +177,26 @@ def _roofline(doc: dict[str, Any]) -> str:
     return "".join(g) + f"<p class='muted'>{legend} · point area ∝ GPU time · {where}</p>"
 
 
+def _coverage(doc: dict[str, Any]) -> str:
+    """The share of GPU time judged against a roof, and the largest unjudged work with why."""
+    from ..analyzers.coverage import REASONS
+
+    cov = doc.get("coverage") or {}
+    if cov.get("share") is None:
+        return ""
+    head = (f"<p>Roofline coverage: <b>{100 * cov['share']:.1f} %</b> of GPU time judged against a roof "
+            f"({esc(_us(cov.get('judged_us')))} of {esc(_us(cov.get('total_us')))}).</p>")
+    rows = cov.get("unjudged") or []
+    if not rows:
+        return head
+    body = "".join(f"<tr><td><code>{esc(u.get('name'))}</code></td><td>{esc(u.get('kind'))}</td><td class='n'>"
+                   f"{esc(_us(u.get('kernel_us')))}</td><td class='n'>{esc(_pct(u.get('share')))}</td>"
+                   f"<td>{esc(REASONS.get(str(u.get('reason')), u.get('reason')))}</td></tr>" for u in rows)
+    return (head + "<table class='unjudged'><caption>Largest unjudged work</caption><tr><th>op or kernel</th>"
+            "<th>kind</th><th class='n'>GPU time</th><th class='n'>share</th><th>why not judged</th></tr>" + body
+            + "</table>")
+
+
 def _ops_table(doc: dict[str, Any]) -> str:
     busy = sum(doc["time_us"][k] for k in ("compute", "communication", "memory")) or None
     rows = []
@@ -269,7 +292,7 @@ def render_report(data: dict[str, Any]) -> str:
         f"<title>{esc(title)}</title><style>{CSS}</style></head><body>",
         f"<h1>{esc(run['name'])}</h1>", _summary(data),
         "<h2>Where the GPU time went</h2>", _breakdown(doc),
-        "<h2>Roofline</h2>", _roofline(doc),
+        "<h2>Roofline</h2>", _roofline(doc), _coverage(doc),
         f"<h2>Top ops</h2>", _ops_table(doc),
         "<h2>Top kernels</h2>", _kernels_table(doc),
         "<h2>Telemetry</h2>", _telemetry(data),

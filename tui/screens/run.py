@@ -15,6 +15,7 @@ from textual.containers import VerticalScroll
 from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Header, Static
 
+from gpuscope.analyzers.coverage import coverage_line
 from gpuscope.render.analysis import bound_label, dims, roof_pct
 from gpuscope.render.table import fmt_pct, fmt_rate, fmt_us, shorten
 
@@ -122,6 +123,7 @@ class RunScreen(Screen[None]):
             yield Static("", id="run-title", markup=False)
             yield BreakdownBar(color=color, id="run-breakdown")
             yield Static("", id="run-nogpu", markup=False, classes="note")
+            yield Static("", id="run-coverage", markup=False, classes="note")
             yield Static("Top ops", id="ops-heading", markup=False, classes="heading")
             yield DataTable(id="run-ops", cursor_type="row", zebra_stripes=True)
             yield Static("Top kernels", id="kernels-heading", markup=False, classes="heading")
@@ -216,6 +218,10 @@ class RunScreen(Screen[None]):
         else:
             nogpu.update("No GPU activity in this run: the trace is CPU-only. The ops below carry their CPU "
                          "time; there are no kernels and no roofline.")
+        coverage = self.query_one("#run-coverage", Static)
+        coverage.display = gpu
+        # the share of GPU time judged against a roof, and the largest unjudged ops with why
+        coverage.update(safe_text(coverage_line(doc.get("coverage")) or ""))
         for wid in ("#kernels-heading", "#run-kernels", "#roof-heading", "#run-roofline"):
             self.query_one(wid).display = gpu
         self._fill_tables()
