@@ -1054,6 +1054,23 @@ _register(["aten::_flash_attention_forward"],
 _register(["aten::_efficient_attention_forward"],
           _flash_blhe_factory((0, 1, 2), None, "top_left", "efficient_attention_forward",
                               cu_i=(4, 5), max_i=(6, 7), mask_type_i=9, bias_i=3))
+# aten::_cudnn_attention_forward(q, k, v, attn_bias, cum_seq_q, cum_seq_k, max_q, max_k,
+#   compute_log_sumexp, dropout_p, is_causal, return_debug_mask, *, scale): cuDNN SDPA's own op
+# (under _scaled_dot_product_cudnn_attention, and alone in torch 2.11's traces). Batched inputs
+# are head-major [B, H, L, E] like SDPA's; packed ones (cum_seq_q given) are [T, H, E] like the
+# flash varlen contract. Causal masking is SDPA's (top-left).
+_CUDNN_BATCHED = _sdpa_factory(10, 3, "cudnn_attention_forward")
+_CUDNN_PACKED = _flash_blhe_factory((0, 1, 2), 10, "top_left", "cudnn_attention_forward", cu_i=(4, 5), max_i=(6, 7))
+
+
+def _cudnn_attention_forward(call: _Call) -> OpCost | None:
+    q, cu_q = call.shape(0), call.shape(4)
+    if q is not None and len(q) == 3 and cu_q is not None and len(cu_q) == 1:
+        return _CUDNN_PACKED(call)
+    return _CUDNN_BATCHED(call)
+
+
+_register(["aten::_cudnn_attention_forward"], _cudnn_attention_forward)
 # flash-attn (Dao-AILab) and AITER python ops: (q, k, v, dropout_p, softmax_scale, causal, ...)
 _register(["flash_attn::_flash_attn_forward", "aiter::_flash_attn_forward", "aiter::mha_fwd",
            "aiter::fmha_v3_fwd"],

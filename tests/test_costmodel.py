@@ -646,3 +646,48 @@ def test_cpu_fixture_trace_is_covered() -> None:
     missing = {r[0] for r in rows if op_cost(*r) is None}
     # everything an LLM forward pass records is modelled (cat has bytes=None, not a None cost)
     assert missing <= {"aten::arange"}, missing
+
+
+# --------------------------------------------------------------------------------------------
+# aten::_cudnn_attention_forward: torch 2.11's op for cuDNN SDPA (the default attention on Hopper)
+# --------------------------------------------------------------------------------------------
+
+def _cudnn_row(q: list[int], k: list[int], causal: bool, cu: int | None = None, max_len: int = 0,
+               dtype: str = "c10::BFloat16") -> tuple[list, list, list]:
+    """The trace row of one call (schema of torch 2.13: query, key, value, attn_bias, cum_seq_q,
+    cum_seq_k, max_q, max_k, compute_log_sumexp, dropout_p, is_causal, return_debug_mask)."""
+    cum = [cu] if cu is not None else []
+    dims = [q, k, k, [], cum, cum, [], [], [], [], [], []]
+    types = [dtype] * 3 + ["", "int" if cu else "", "int" if cu else "", "Scalar", "Scalar", "Scalar", "Scalar",
+                           "Scalar", "Scalar"]
+    conc = ["", "", "", "", "", "", str(max_len), str(max_len), "True", "0.0", str(causal), "False"]
+    return dims, types, conc
+
+
+@pytest.mark.parametrize("q,k", [([2, 8, 128, 64], [2, 8, 512, 64]), ([4, 32, 1, 128], [4, 8, 700, 128]),
+                                 ([1, 16, 333, 80], [1, 16, 333, 80])])
+@pytest.mark.parametrize("causal", [False, True])
+def test_cudnn_attention_forward_counts_as_sdpa(q: list[int], k: list[int], causal: bool) -> None:
+    """Batched [B, H, L, E]: FlopCounterMode counts its parent _scaled_dot_product_cudnn_attention
+    with sdpa_flop_count; the op itself must agree (GQA: key heads fewer than query heads)."""
+    from torch.utils.flop_counter import sdpa_flop_count
+
+    kv_expanded = [k[0], q[1], k[2], k[3]]  # the formula of torch takes key/value with query's heads
+    expected = sdpa_flop_count(q, kv_expanded, kv_expanded)
+    c = _cost("aten::_cudnn_attention_forward", *_cudnn_row(q, k, causal))
+    assert c.flops == expected and c.kind == "attention" and c.dtype == "bf16"
+    assert ("causal" in c.model) == causal
+    if causal and q[2] > 1:
+        assert c.flops_executed < c.flops  # masked half not executed
+    # q, k, v read and the output written, in bf16
+    b, h, lq, e = q
+    assert c.bytes == 2 * (b * h * lq * e + 2 * math.prod(k) + b * h * lq * e)
+
+
+def test_cudnn_attention_forward_packed_varlen() -> None:
+    """Packed [T, H, E] with cum_seq_q/k of 4 entries (3 sequences) and max 120: one sequence at
+    the maximum, the other two sharing the rest (the estimate the flash varlen model uses)."""
+    c = _cost("aten::_cudnn_attention_forward", *_cudnn_row([300, 8, 64], [300, 2, 64], False, cu=4, max_len=120))
+    pairs = [(1, 120, 120), (2, 90, 90)]
+    assert c.flops == sum(n * 4 * 8 * lq * lk * 64 for n, lq, lk in pairs)
+    assert "varlen" in c.model and "gqa" in c.model
