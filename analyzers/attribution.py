@@ -368,15 +368,7 @@ def attribute(con: duckdb.DuckDBPyConnection, run_id: int, roofs: dict[int, Devi
                                        dev_roof.roof if dev_roof else NO_ROOF, compute_us=k["r_compute_us"])
         if settled is not None:
             roof_us, pct, saved = settled["roof_us"], settled["pct_of_roof"], settled["saved_us"]
-            k["reasons"] = {settled["reason"]: float("inf")}
-            if settled["bound"] is not None:
-                # the judged time moves to the new class, in the kernel and in the run's split
-                for b, t in k["roofed_bound_us"].items():
-                    k["bound_us"][b] -= t
-                    roofline_us[b] -= t
-                    k["bound_us"][settled["bound"]] += t
-                    roofline_us[settled["bound"]] += t
-                k["bound_us"] = defaultdict(float, {b: t for b, t in k["bound_us"].items() if abs(t) > 1e-9})
+            _take_settled_class(k, settled, roofline_us)  # in the kernel and in the run's split
         bound = max(k["bound_us"].items(), key=lambda kv: kv[1])[0]
         conf = max(k["confidence_us"].items(), key=lambda kv: kv[1])[0]
         reason = max(k["reasons"].items(), key=lambda kv: kv[1])[0]
@@ -444,6 +436,26 @@ def attribute(con: duckdb.DuckDBPyConnection, run_id: int, roofs: dict[int, Devi
     copies = _copy_verdicts(con, run_id, roofs, kept, category, tally)
     return {"roofline_us": roofline_us, "kernels": kernels_out, "ops": ops_out, "copies": copies,
             "model_errors": model_error_note(ops_out, kernels_out, copies), "coverage": tally}
+
+
+def _take_settled_class(entry: dict[str, Any], settled: dict[str, Any],
+                        run_split_us: dict[str, float] | None = None) -> None:
+    """An entry (kernel or copy) that ``settle_over_roof`` re-judged: its reason becomes the
+    settled one and, when the settle gave a new class, the time it judged against a roof
+    (``roofed_bound_us``) moves to that class in the entry's ``bound_us`` (and in the run's
+    split)."""
+    entry["reasons"] = {settled["reason"]: float("inf")}
+    new = settled["bound"]
+    if new is None:
+        return
+    bound_us = defaultdict(float, entry["bound_us"])
+    for b, t in entry["roofed_bound_us"].items():
+        bound_us[b] -= t
+        bound_us[new] += t
+        if run_split_us is not None:
+            run_split_us[b] -= t
+            run_split_us[new] += t
+    entry["bound_us"] = defaultdict(float, {b: t for b, t in bound_us.items() if abs(t) > 1e-9})
 
 
 def _tally_compute(tally: CoverageTally, cov_groups: list[tuple[Any, ...]], kernels: dict[str, dict[str, Any]],
@@ -597,12 +609,7 @@ def _copy_verdicts(con: duckdb.DuckDBPyConnection, run_id: int, roofs: dict[int,
                                    dev_roof.roof if dev_roof else NO_ROOF, link=e["link"]) if roofed else None
         if settled is not None:
             roof_us, pct, saved = settled["roof_us"], settled["pct_of_roof"], settled["saved_us"]
-            e["reasons"] = {settled["reason"]: float("inf")}
-            if settled["bound"] is not None:
-                for b, t in e["roofed_bound_us"].items():
-                    e["bound_us"][b] -= t
-                    e["bound_us"][settled["bound"]] += t
-                e["bound_us"] = {b: t for b, t in e["bound_us"].items() if abs(t) > 1e-9}
+            _take_settled_class(e, settled)
         if tally is not None:
             for reason, t in e["unjudged"].items():
                 tally.unjudged_time(name, "copy", reason, t)

@@ -27,6 +27,8 @@ from typing import Any
 _FORMAT_CLASS = "\u061c\u200e\u200f\u2028\u2029\u202a-\u202e\u2066-\u2069\ud800-\udfff"
 _UNSAFE_CLASS = "\x00-\x1f\x7f-\x9f" + _FORMAT_CLASS
 _UNSAFE = re.compile(f"[{_UNSAFE_CLASS}]")
+#: Everything :data:`_UNSAFE` matches except tab (0x09) and newline (0x0a).
+_LAYOUT = re.compile(f"[\x00-\x08\x0b-\x1f\x7f-\x9f{_FORMAT_CLASS}]")
 
 
 def _escape(match: re.Match[str]) -> str:
@@ -43,15 +45,6 @@ def visible(text: str, *, layout: bool = False) -> str:
     if pattern.search(text) is None:  # the common case: nothing to do, no copy
         return text
     return pattern.sub(_escape, text)
-
-
-#: Everything :data:`_UNSAFE` matches except tab (0x09) and newline (0x0a).
-_LAYOUT = re.compile(f"[\x00-\x08\x0b-\x1f\x7f-\x9f{_FORMAT_CLASS}]")
-
-
-def has_control(text: str, *, layout: bool = False) -> bool:
-    """Whether :func:`visible` would change ``text``."""
-    return (_LAYOUT if layout else _UNSAFE).search(text) is not None
 
 
 class VisibleStream:
@@ -87,3 +80,8 @@ def raw_stream(stream: Any) -> Any:
     while isinstance(stream, VisibleStream):
         stream = stream.raw
     return stream
+
+
+def has_control(text: str, *, layout: bool = False) -> bool:
+    """Whether :func:`visible` would change ``text``."""
+    return (_LAYOUT if layout else _UNSAFE).search(text) is not None

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, TypeVar
 
 from ..errors import GpuscopeError, StoreBusyError, StoreError
+from ..fileio import describe_mode
 from ..machine import hostname, now_ns  # noqa: F401 - re-exported with the store API
 from .tx import transaction  # noqa: F401 - re-exported with the store API
 from . import schema
@@ -64,8 +65,6 @@ def _refuse_not_a_file(path: Path | str, own: os.stat_result | None, target: os.
     """A :class:`StoreError` when what is at ``path`` cannot be a store file: a directory, a
     device, FIFO or socket (directly or behind a link), or a link to nothing (creating the store
     through it would make a file wherever the link points)."""
-    from ..fileio import describe_mode
-
     if own is None:
         return
     if target is None:
@@ -105,15 +104,11 @@ def check_store_path(path: Path | str) -> None:
     _refuse_not_a_file(p, own, target)
     wal_own, _ = _target(f"{p}.wal")
     if wal_own is not None and not stat.S_ISREG(wal_own.st_mode):
-        from ..fileio import describe_mode
-
-        raise StoreError(f"{p}.wal: is {describe_mode(wal_own.st_mode)}, not the store's write-ahead log; "
+            raise StoreError(f"{p}.wal: is {describe_mode(wal_own.st_mode)}, not the store's write-ahead log; "
                          "gpuscope writes the log only as a regular file (remove it)")
     spill_own, _ = _target(f"{p}.tmp")  # DuckDB's default folder for what a large query spills
     if spill_own is not None and not stat.S_ISDIR(spill_own.st_mode):
-        from ..fileio import describe_mode
-
-        raise StoreError(f"{p}.tmp: is {describe_mode(spill_own.st_mode)}, not the store's folder for temporary "
+            raise StoreError(f"{p}.tmp: is {describe_mode(spill_own.st_mode)}, not the store's folder for temporary "
                          "data; DuckDB would write the store's data through it (remove it)")
     if own is None:
         return
