@@ -20,8 +20,8 @@ ROOTS = {"gpuscope": REPO / "gpuscope", "gpuscope.collectors": REPO / "collector
          "gpuscope.analyzers": REPO / "analyzers", "gpuscope.tui": REPO / "tui"}
 HEAVY = ("duckdb", "_duckdb", "pyarrow", "torch", "numpy", "pandas", "textual", "opentelemetry", "psutil")
 MAX_LINES = 900
-# The op cost model is a registry of many small models with a map at its top (issue 15).
-MAX_LINES_EXCEPT = {"gpuscope.analyzers.costmodel"}
+# No exception: the op cost model became a package by op family (issue 28, point 8).
+MAX_LINES_EXCEPT: set[str] = set()
 
 
 def _modules() -> dict[str, Path]:
