@@ -8,14 +8,16 @@ How costs reach kernels: an op's FLOPs and bytes come from its cost model
 share that cost in proportion to their duration, so summing over kernels gives back the op's
 cost and every kernel of a call carries the call's verdict. Kernels replayed from a CUDA/HIP
 graph get the op that captured them when the run holds the capture trace
-(``kernels.attribution = 'graph_capture'``); otherwise, like kernels without an op, they are
-placed by name family.
+(``kernels.attribution = 'graph_capture'``). Kernels without an op (they ran before the
+profiler's CPU window, or were replayed without a capture trace) borrow the per-instance cost of
+identical twins (same name, grid and block) an op launched, when all costed twins agree
+(:func:`twin_costs`, confidence "estimate"); otherwise they are placed by name family.
 """
 from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import dataclass, replace
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from .common import json_or_none
@@ -156,13 +158,57 @@ def _measured(con: duckdb.DuckDBPyConnection, spec: Any, spec_roof: Roof) -> tup
     bw = m.mem_bw_bytes_per_s or spec_roof.mem_bw_bytes_per_s
     # the host link is not calibrated: its spec figure stays (on an APU, the measured memory's)
     host_bw = bw if spec.host_link == "unified-memory" else spec_roof.host_bw_bytes_per_s
+    # The L2 roof: the faster of the calibrated L2 streams (work that beat HBM from the L2 may read
+    # more than it writes). Used only above the HBM roof: an L2 figure at or below it cannot be
+    # what work faster than HBM ran at (a failed sizing), so the spec's figure stays then.
+    l2_bw = max((v for v in (m.l2_bw_bytes_per_s, m.l2_read_bytes_per_s) if v), default=None)
+    caches = spec_roof.caches
+    if l2_bw and bw and l2_bw > bw and any(name == "L2" for name, _, _ in caches):
+        caches = tuple((name, size, l2_bw if name == "L2" else cbw) for name, size, cbw in caches)
     return Roof(spec.key, "measured", peaks, bw, f"calibration {m.calibration_id}", host_bw,
-                spec_roof.host_link, spec_roof.caches), (
+                spec_roof.host_link, caches), (
         f"measured roof: calibration {m.calibration_id} on {m.host}; dtypes not measured use the spec peak"
+        + ("; L2 bandwidth measured" if caches is not spec_roof.caches else "")
     )
 
 
 # --------------------------------------------------------------------------------------------
+
+
+#: One op call's kernels. An eagerly launched call is its op row; a call replayed from a CUDA/HIP
+#: graph is one replay of the captured op: the replayed kernels share the capturing op's row,
+#: and each replay is one graph launch (its correlation id). Without the correlation, N replays
+#: of a graph would count as one call with N times its time.
+_CALL = "CASE WHEN attribution = 'graph_capture' THEN correlation END"
+#: A compute kernel's share of its call's cost: its duration over the call's compute-kernel time.
+#: The memsets and copies a call also ran (cuBLAS's workspace memset, say) are judged on their
+#: own, so the compute kernels of a call carry all of its cost and their shares sum to 1.
+_SHARE = ("dur_ns / nullif(sum(CASE WHEN {category} = 'compute' THEN dur_ns END) "
+          "OVER (PARTITION BY op_id, " + _CALL + "), 0)")
+
+
+def tensorlist_element_bytes(con: duckdb.DuckDBPyConnection, run_id: int, kept: str = "") -> dict[tuple[Any, ...], int]:
+    """Bytes per element of the TensorList ops of a run (cat, stack, ``_foreach_*``), per call
+    signature, read from the names of the kernels their calls launched
+    (:func:`gpuscope.kernel_names.kernel_element_bytes`): the profiler does not record a
+    TensorList's dtypes. A signature whose kernels say two sizes, or none, is absent."""
+    from ..kernel_names import kernel_element_bytes
+
+    rows = con.execute(
+        f"""
+        SELECT DISTINCT o.name, o.input_dims, o.input_types, o.concrete_inputs, o.input_strides, k.name
+        FROM (SELECT name, op_id FROM kernels WHERE run_id = ? AND op_id IS NOT NULL{kept}) k
+        JOIN ops o ON o.run_id = ? AND o.op_id = k.op_id
+        WHERE contains(o.input_types, 'TensorList')
+        """,
+        [run_id, run_id],
+    ).fetchall()
+    seen: dict[tuple[Any, ...], set[int | None]] = {}
+    for *sig, kname in rows:
+        size = kernel_element_bytes(kname)
+        if size is not None:
+            seen.setdefault(tuple(sig), set()).add(size)
+    return {sig: next(iter(sizes)) for sig, sizes in seen.items() if len(sizes) == 1}
 
 
 def _work_flops(cost: Any) -> float | None:
@@ -172,8 +218,146 @@ def _work_flops(cost: Any) -> float | None:
     return executed if executed is not None else cost.flops
 
 
+#: The coverage reason of an op-less kernel whose costed twins do not all give the same cost.
+TWIN_AMBIGUOUS = "twin_ambiguous"
+#: Twins agree when their per-instance FLOPs and bytes are equal within this relative tolerance.
+TWIN_REL_TOL = 1e-6
+
+
+@dataclass(frozen=True)
+class Twin:
+    """The cost an op-less kernel borrows from its identical twins: launches, in the same run,
+    of the same kernel name with the same grid and block (the name alone where the trace records
+    neither for the op-less kernel) by an op that has a cost model, all of which agree on the
+    per-instance cost."""
+
+    #: The per-call cost of the representative twin's op call (its roof dtype following its math).
+    cost: Any
+    #: That kernel's duration share of its call: per-instance cost = ``cost`` x ``share``.
+    share: float
+    #: How many costed twin launches there are (all agreeing).
+    launches: int
+    #: The ops that launched them, most launches first.
+    op_names: tuple[str, ...]
+    #: True when matched by name alone (the op-less kernel records no grid nor block).
+    by_name_only: bool
+    #: The twins disagree: ``cost`` is then the least work any of them did per instance (the
+    #: smallest FLOPs and the smallest bytes), a lower bound of the orphan's, and
+    #: ``candidates`` the per-instance cost of each; the orphan is judged only when every
+    #: candidate gives the same class, and its percent of roof is then "at least".
+    lower_bound: bool = False
+    candidates: tuple[Any, ...] = ()
+
+    def reason(self, verdict_reason: str) -> str:
+        """The kernel's reason text: where its cost came from, then the verdict's own reason."""
+        ops = ", ".join(self.op_names[:3]) + (f" and {len(self.op_names) - 3} more" if len(self.op_names) > 3 else "")
+        same = "same name; the trace records no grid or block for it" if self.by_name_only else \
+            "same name, grid and block"
+        if self.lower_bound:
+            return (f"launched by no recorded op: its {self.launches} identical launches ({same}) by {ops} "
+                    f"differ in cost; judged on the least of them, so its percent of roof is a lower bound; "
+                    f"{verdict_reason}")
+        return (f"launched by no recorded op: cost taken from {self.launches} identical launches ({same}) "
+                f"of {ops}; {verdict_reason}")
+
+
+def _values_agree(values: list[float | None]) -> bool:
+    """All None, or all numbers equal within :data:`TWIN_REL_TOL` (relative)."""
+    if all(v is None for v in values):
+        return True
+    if any(v is None for v in values):
+        return False
+    nums = [float(v) for v in values if v is not None]
+    lo, hi = min(nums), max(nums)
+    return hi - lo <= TWIN_REL_TOL * max(abs(lo), abs(hi))
+
+
+def twin_costs(con: duckdb.DuckDBPyConnection, run_id: int, orphan_keys: Sequence[tuple[str, str | None, str | None]],
+               kept: str, category: str, math_sql: str, tf32_names: list[str], simt_names: list[str],
+               cost_of: Callable[[tuple[Any, ...], str | None], Any]
+               ) -> dict[tuple[str, str | None, str | None], Twin | str]:
+    """For each op-less compute kernel group ``(name, grid, block)`` (grid and block as text,
+    None where not recorded), the :class:`Twin` cost it borrows, or :data:`TWIN_AMBIGUOUS` when
+    its costed twins disagree (FLOPs or bytes per instance beyond :data:`TWIN_REL_TOL`, or the
+    roof dtype). Groups without a costed twin are absent.
+
+    One aggregate query: the op-launched compute kernels of the orphans' names, per (name, grid,
+    block, op signature, math), with their count and their smallest and largest share of their
+    call (the share the kernel table books them with); ``cost_of(sig, math)`` costs each
+    signature once. No per-kernel work in Python."""
+    names = sorted({k[0] for k in orphan_keys if k[0] is not None})
+    if not names:
+        return {}
+    rows = con.execute(
+        f"""
+        WITH k AS (
+            SELECT name, op_id, CAST(grid AS VARCHAR) AS grid_key, CAST(block AS VARCHAR) AS block_key,
+                   {category} AS category, {_SHARE.format(category=category)} AS share
+            FROM kernels WHERE run_id = $1 AND op_id IS NOT NULL{kept}
+        ), m AS (
+            SELECT op_id, {math_sql.format(tf=2, simt=3)} AS math
+            FROM kernels WHERE run_id = $1 AND op_id IS NOT NULL{kept} GROUP BY op_id
+        )
+        SELECT k.name, k.grid_key, k.block_key, o.name, o.input_dims, o.input_types, o.concrete_inputs,
+               o.input_strides, m.math, count(*), min(k.share), max(k.share)
+        FROM k JOIN ops o ON o.run_id = $1 AND o.op_id = k.op_id LEFT JOIN m ON m.op_id = k.op_id
+        WHERE k.category = 'compute' AND k.share IS NOT NULL AND list_contains($4, k.name)
+        GROUP BY ALL
+        ORDER BY ALL
+        """,
+        [run_id, tf32_names, simt_names, names],
+    ).fetchall()
+    # (name, grid, block) -> [(cost, launches, smallest share, largest share, op name)]
+    costed: dict[tuple[str, str | None, str | None], list[tuple[Any, int, float, float, str]]] = defaultdict(list)
+    by_name: dict[str, list[tuple[Any, int, float, float, str]]] = defaultdict(list)
+    for kname, grid, block, oname, dims, types, concrete, strides, math, n, smin, smax in rows:
+        cost = cost_of((oname, dims, types, concrete, strides), math)
+        if cost is None or (cost.bytes is None and not cost.flops):
+            continue  # a twin without a cost to judge (no model, or no bytes and no FLOPs) lends nothing
+        entry = (cost, int(n), float(smin), float(smax), oname)
+        costed[(kname, grid, block)].append(entry)
+        by_name[kname].append(entry)
+    out: dict[tuple[str, str | None, str | None], Twin | str] = {}
+    for key in orphan_keys:
+        name, grid, block = key
+        name_only = grid is None and block is None
+        cands = by_name.get(name, []) if name_only else costed.get(key, [])
+        if not cands:
+            continue
+        flops: list[float | None] = []
+        nbytes: list[float | None] = []
+        for cost, _, smin, smax, _ in cands:
+            work = _work_flops(cost)
+            flops += [None, None] if work is None else [work * smin, work * smax]
+            nbytes += [None, None] if cost.bytes is None else [cost.bytes * smin, cost.bytes * smax]
+        rep = max(cands, key=lambda c: c[1])  # the first of the most launched (rows are ordered)
+        per_op: dict[str, int] = defaultdict(int)
+        for c in cands:
+            per_op[c[4]] += c[1]
+        op_names = tuple(o for o, _ in sorted(per_op.items(), key=lambda kv: (-kv[1], kv[0])))
+        launches = sum(c[1] for c in cands)
+        if len({c[0].dtype for c in cands}) != 1:
+            out[key] = TWIN_AMBIGUOUS
+        elif _values_agree(flops) and _values_agree(nbytes):
+            out[key] = Twin(rep[0], (rep[2] + rep[3]) / 2, launches, op_names, name_only)
+        elif None in flops or None in nbytes:
+            out[key] = TWIN_AMBIGUOUS
+        else:
+            # Twins that did different work (the same GEMM kernel and grid for two shapes): the
+            # least of them bounds the orphan's work from below; the attribution judges it only
+            # where every twin's cost gives the same class.
+            least = replace(rep[0], flops=min(flops), flops_executed=min(flops), bytes=min(nbytes),
+                            model=f"{rep[0].model} (least of {len(cands)} differing twins)")
+            each = tuple(replace(c[0], flops=f, flops_executed=f, bytes=b)
+                         for c in cands for f, b in ((_work_flops(c[0]) * c[2], c[0].bytes * c[2]),
+                                                      (_work_flops(c[0]) * c[3], c[0].bytes * c[3])))
+            out[key] = Twin(least, 1.0, launches, op_names, name_only, lower_bound=True, candidates=each)
+    return out
+
+
 def attribute(con: duckdb.DuckDBPyConnection, run_id: int, roofs: dict[int, DeviceRoof],
-              excluded: Sequence[int] = ()) -> dict[str, Any]:
+              excluded: Sequence[int] = (), *, model: Any = None,
+              context_tokens: int | None = None) -> dict[str, Any]:
     """Classify every compute kernel and every op that launched GPU work of ``run_id``.
 
     Returns ``{"roofline_us", "kernels", "ops", "copies"}``: ``roofline_us`` splits the
@@ -213,7 +397,7 @@ def attribute(con: duckdb.DuckDBPyConnection, run_id: int, roofs: dict[int, Devi
                    count(*) FILTER (WHERE list_contains($2, name) AND bytes IS NULL) AS host_unknown,
                    sum(bytes) FILTER (WHERE list_contains($2, name)) AS host_bytes,
                    {math_sql.format(tf=3, simt=4)} AS math
-            FROM kernels WHERE run_id = $1 AND op_id IS NOT NULL{kept} GROUP BY op_id
+            FROM kernels WHERE run_id = $1 AND op_id IS NOT NULL{kept} GROUP BY op_id, {_CALL}
         )
         SELECT o.name, o.input_dims, o.input_types, o.concrete_inputs, o.input_strides, c.math, c.device_id,
                CASE WHEN c.host_n = 0 THEN 0 WHEN c.host_unknown > 0 THEN NULL ELSE c.host_bytes END,
@@ -224,15 +408,24 @@ def attribute(con: duckdb.DuckDBPyConnection, run_id: int, roofs: dict[int, Devi
         """,
         [run_id, host_names, tf32_names, simt_names],
     ).fetchall()
+    from .costmodel import STEP_OPS
+    from .iterations import op_steps
+
+    # What the trace holds beside an op's own arguments: the engine step an attention call ran
+    # in (its query/KV sums), and the element size of TensorList arguments (from the kernels).
+    steps = op_steps(con, run_id, STEP_OPS, kept)
+    element_bytes = tensorlist_element_bytes(con, run_id, kept)
     cost_cache: dict[tuple[Any, ...], Any] = {}
 
     def cost_of(sig: tuple[Any, ...], math: str | None = None) -> Any:
         """The cost of a call signature (name, dims, types, concrete inputs, strides), its roof
         dtype following the ``math`` its kernels ran."""
-        key = (*sig, math)
+        key = (*sig, math, model, context_tokens)  # a cost depends on the --model/--context given
         if key not in cost_cache:
             try:
-                cost = op_cost(*sig[:4], input_strides=sig[4])
+                key5 = tuple(sig[:5])
+                cost = op_cost(*sig[:4], input_strides=sig[4], model=model, context_tokens=context_tokens,
+                               iteration=steps.get(key5), element_bytes=element_bytes.get(key5))
                 if cost is not None:
                     dtype = roof_dtype_for_math(cost.dtype, cost.kind, math)
                     if dtype != cost.dtype:
@@ -271,22 +464,24 @@ def attribute(con: duckdb.DuckDBPyConnection, run_id: int, roofs: dict[int, Devi
                                          roof.roof if roof else NO_ROOF)
         return by_cost[key]
 
-    # 3. Compute kernels, aggregated per (kernel name, device, attribution, op signature). A
+    # 3. Compute kernels, aggregated per (kernel name, device, attribution, op signature; grid and
+    # block for kernels without an op, which may borrow the cost of identical twins). A
     # kernel's share of its op call's cost is its duration over the call's GPU time; summed
     # per group, the shares say how many calls' worth of cost the group carries.
     krows = con.execute(
         f"""
         WITH k AS (
             SELECT name, op_id, device_id, dur_ns, attribution, {category} AS category,
-                   CASE WHEN op_id IS NOT NULL
-                        THEN dur_ns / nullif(sum(dur_ns) OVER (PARTITION BY op_id), 0) END AS share
+                   CASE WHEN op_id IS NULL THEN CAST(grid AS VARCHAR) END AS grid_key,
+                   CASE WHEN op_id IS NULL THEN CAST(block AS VARCHAR) END AS block_key,
+                   CASE WHEN op_id IS NOT NULL THEN {_SHARE.format(category=category)} END AS share
             FROM kernels WHERE run_id = $1{kept}
         ), m AS (
             SELECT op_id, {math_sql.format(tf=2, simt=3)} AS math
             FROM kernels WHERE run_id = $1 AND op_id IS NOT NULL{kept} GROUP BY op_id
         )
-        SELECT k.name, k.device_id, k.attribution, o.name, o.input_dims, o.input_types, o.concrete_inputs,
-               o.input_strides, m.math, count(*), sum(k.dur_ns) / 1e3, coalesce(sum(k.share), 0)
+        SELECT k.name, k.device_id, k.attribution, k.grid_key, k.block_key, o.name, o.input_dims, o.input_types,
+               o.concrete_inputs, o.input_strides, m.math, count(*), sum(k.dur_ns) / 1e3, coalesce(sum(k.share), 0)
         FROM k LEFT JOIN ops o ON o.run_id = $1 AND o.op_id = k.op_id LEFT JOIN m ON m.op_id = k.op_id
         WHERE k.category = 'compute'
         GROUP BY ALL
@@ -294,15 +489,40 @@ def attribute(con: duckdb.DuckDBPyConnection, run_id: int, roofs: dict[int, Devi
         """,
         [run_id, tf32_names, simt_names],
     ).fetchall()
+    # Kernels no recorded op launched (they ran before the profiler's CPU window, or were
+    # replayed from a graph without its capture trace) borrow the per-instance cost of identical
+    # twins an op did launch, where all costed twins agree (docs/roofline.md, "Twins").
+    orphan_keys = sorted({(r[0], r[3], r[4]) for r in krows if r[5] is None},
+                         key=lambda k: (k[0] or "", k[1] or "", k[2] or ""))
+    twins = twin_costs(con, run_id, orphan_keys, kept, category, math_sql, tf32_names, simt_names,
+                       cost_of) if orphan_keys else {}
     groups = []
-    # (kernel, device, attribution, µs, verdict, op name, dims, types, concrete): for coverage
+    # (kernel, device, attribution, µs, verdict, op name, dims, types, concrete, reason if op-less
+    # and unjudged for its twins): for coverage
     cov_groups: list[tuple[Any, ...]] = []
     uncosted_mean: dict[str, list[float]] = {}
-    for name, dev, attr, oname, dims, types, concrete, strides, math, n, dur_us, shares in krows:
+    for name, dev, attr, grid, block, oname, dims, types, concrete, strides, math, n, dur_us, shares in krows:
         cost = cost_of((oname, dims, types, concrete, strides), math) if oname is not None else None
         v = call_verdict(cost, int(dev)) if cost is not None else None
-        groups.append((name, int(dev), attr, int(n), float(dur_us), float(shares), cost, v))
-        cov_groups.append((name, int(dev), attr, float(dur_us), v, oname, dims, types, concrete))
+        twin = twins.get((name, grid, block)) if oname is None else None
+        twin_reason = None
+        if isinstance(twin, Twin) and twin.lower_bound:
+            classes = {getattr(call_verdict(c, int(dev)), "bound", None) for c in twin.candidates}
+            if len(classes) != 1 or None in classes or "unknown" in classes:
+                twin_reason, twin = TWIN_AMBIGUOUS, None  # the twins would class it differently
+        if isinstance(twin, Twin):
+            v = call_verdict(twin.cost, int(dev))
+            if v is not None and twin.lower_bound:
+                # the class all twins agree on; the least work's roof time bounds the time at the roof
+                v = replace(v, bound=next(iter(classes)))
+            if v is not None:  # the twin's cost, judged on this kernel's own device
+                cost, shares = twin.cost, twin.share * int(n)
+            else:
+                twin = None
+        elif twin is not None:
+            twin_reason, twin = str(twin), None
+        groups.append((name, int(dev), attr, int(n), float(dur_us), float(shares), cost, v, twin))
+        cov_groups.append((name, int(dev), attr, float(dur_us), v, oname, dims, types, concrete, twin_reason))
         if v is None:
             acc = uncosted_mean.setdefault(name, [0.0, 0])
             acc[0] += float(dur_us)
@@ -314,7 +534,7 @@ def attribute(con: duckdb.DuckDBPyConnection, run_id: int, roofs: dict[int, Devi
 
     roofline_us = {b: 0.0 for b in BOUNDS}
     kern: dict[str, dict[str, Any]] = {}
-    for name, dev, attr, n, dur_us, shares, cost, v in groups:
+    for name, dev, attr, n, dur_us, shares, cost, v, twin in groups:
         k = kern.get(name)
         if k is None:
             fam = kernel_family(name)
@@ -346,12 +566,20 @@ def attribute(con: duckdb.DuckDBPyConnection, run_id: int, roofs: dict[int, Devi
                 if work and peak:
                     k["r_compute_us"] += work * shares / peak * 1e6
             conf = "graph_capture" if attr == "graph_capture" else v.confidence
+            reason = v.reason
+            if twin is not None:  # a cost borrowed from identical launches: an estimate
+                conf, reason = "estimate", twin.reason(v.reason)
+                # said apart: a name's confidence and reason are those of most of its time
+                tw = k.setdefault("twin", {"us": 0.0, "count": 0, "reasons": defaultdict(float)})
+                tw["us"] += dur_us
+                tw["count"] += n
+                tw["reasons"][reason] += dur_us
         else:
             v = name_verdict[name]
-            conf = v.confidence
+            conf, reason = v.confidence, v.reason
         k["bound_us"][v.bound] += dur_us
         k["confidence_us"][conf] += dur_us
-        k["reasons"][v.reason] += dur_us
+        k["reasons"][reason] += dur_us
         roofline_us[v.bound] += dur_us
 
     # 4. Kernel and op tables.
@@ -388,6 +616,10 @@ def attribute(con: duckdb.DuckDBPyConnection, run_id: int, roofs: dict[int, Devi
         }
         if settled is not None and settled["cache"]:
             kernels_out[name]["cache"] = settled["cache"]
+        if "twin" in k:  # instances without an op, costed from their identical twins
+            tw = k["twin"]
+            kernels_out[name]["twin"] = {"us": tw["us"], "count": tw["count"],
+                                         "reason": max(tw["reasons"].items(), key=lambda kv: kv[1])[0]}
 
     ops_out: dict[tuple[Any, ...], dict[str, Any]] = {}
     for sig, g in op_groups.items():
@@ -460,10 +692,12 @@ def _take_settled_class(entry: dict[str, Any], settled: dict[str, Any],
 
 def _tally_compute(tally: CoverageTally, cov_groups: list[tuple[Any, ...]], kernels: dict[str, dict[str, Any]],
                    ops: dict[tuple[Any, ...], dict[str, Any]], roofs: dict[int, DeviceRoof]) -> None:
-    """Count each compute kernel group's time as judged (its call's cost model gave a roof
-    time, and neither its kernel nor its op is a ``model_error``) or unjudged with its reason
-    (:mod:`gpuscope.analyzers.coverage`). Name-family and duration placements are unjudged."""
-    for kname, dev, attr, us, v, oname, dims, types, concrete in cov_groups:
+    """Count each compute kernel group's time as judged (its call's cost model, or for a
+    kernel without an op its agreeing twins' cost, gave a roof time, and neither its kernel nor
+    its op is a ``model_error``) or unjudged with its reason (:mod:`gpuscope.analyzers.coverage`;
+    ``twin_ambiguous`` for an op-less kernel whose twins disagree). Name-family and duration
+    placements are unjudged."""
+    for kname, dev, attr, us, v, oname, dims, types, concrete, twin_reason in cov_groups:
         dev_roof = roofs.get(dev)
         roof_source = dev_roof.roof.source if dev_roof else None
         label, kind = (oname, "op") if oname is not None else (kname, "kernel")
@@ -480,7 +714,8 @@ def _tally_compute(tally: CoverageTally, cov_groups: list[tuple[Any, ...]], kern
         elif oname is not None:
             tally.unjudged_time(label, kind, reason_for_op(oname, dims, concrete), us)
         else:
-            tally.unjudged_time(label, kind, "graph_replay_unmapped" if attr == "graph_replay" else "no_op", us)
+            tally.unjudged_time(label, kind, twin_reason or (
+                "graph_replay_unmapped" if attr == "graph_replay" else "no_op"), us)
 
 
 def model_error_note(ops: dict[tuple[Any, ...], dict[str, Any]], kernels: dict[str, dict[str, Any]],

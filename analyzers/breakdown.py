@@ -229,7 +229,7 @@ def _merge_kernels(kernels: list[dict[str, Any]], att: dict[str, Any] | None) ->
 
 
 def _merge_ops(ops: list[tuple[tuple[str, str | None, str | None], dict[str, Any]]], att: dict[str, Any] | None,
-               gpu: bool) -> None:
+               gpu: bool, *, model: Any = None, context_tokens: int | None = None) -> None:
     from .costmodel import op_cost
 
     for key, o in ops:
@@ -239,7 +239,8 @@ def _merge_ops(ops: list[tuple[tuple[str, str | None, str | None], dict[str, Any
             o.update(a)
         elif not gpu:
             try:
-                cost = op_cost(o["name"], o["input_dims"], o["input_types"], concrete)
+                cost = op_cost(o["name"], o["input_dims"], o["input_types"], concrete, model=model,
+                               context_tokens=context_tokens)
             except Exception:
                 cost = None
             if cost is not None:
@@ -248,13 +249,21 @@ def _merge_ops(ops: list[tuple[tuple[str, str | None, str | None], dict[str, Any
 
 
 def analyze_run(con: duckdb.DuckDBPyConnection, run_id: int, top: int | None = None, roof: str = "spec",
-                gpu: str | None = None, specs_path: str | None = None) -> dict[str, Any]:
+                gpu: str | None = None, specs_path: str | None = None, *, model: Any = None,
+                context_tokens: int | None = None, model_source: str | None = None,
+                use_stored_model: bool = True) -> dict[str, Any]:
     """The ``gpuscope.analysis/1`` document of ``run_id`` (design.md §4.2).
 
     ``top`` limits the ``ops`` and ``kernels`` lists (None: all of them). ``roof`` is "spec"
     (the spec-database peaks) or "measured" (the newest ``gpuscope calibrate`` of the same GPU
     model, else the spec); ``gpu`` overrides GPU identification with a spec key or name;
     ``specs_path`` is a user spec file (default ``$GPUSCOPE_SPECS``).
+    ``model`` (a :class:`~gpuscope.analyzers.modelspec.ModelSpec`, the user's ``--model``) and
+    ``context_tokens`` (``--context``) fill in what fused ops do not record; with a model the
+    document gains a ``model`` block (its ``source``, as ``model_source`` says, and the ops it
+    filled in). Without ``model``, the model stored with the run (``ingest/run --model``) is used
+    unless ``use_stored_model`` is false: every face (analyze, compare, report, export, the TUI)
+    judges a run the same way.
     """
     run = con.execute(
         "SELECT id, name, status, source, started_ns, ended_ns, info FROM runs WHERE id = ?", [run_id]
@@ -268,11 +277,15 @@ def analyze_run(con: duckdb.DuckDBPyConnection, run_id: int, top: int | None = N
     per_device = device_breakdowns(con, run_id, skip)
     time_us = time_breakdown(per_device)
     gpu_active = bool(per_device)
-    att = attribute(con, run_id, roofs, skip) if gpu_active else None
+    if model is None and use_stored_model:
+        model, model_source = _stored_model(con, run_id)
+    if model is not None and getattr(model, "tensor_parallel", 0) is None:
+        model = _with_tensor_parallel(con, run_id, model)
+    att = attribute(con, run_id, roofs, skip, model=model, context_tokens=context_tokens) if gpu_active else None
     kernels = kernel_table(con, run_id, top, skip)
     _merge_kernels(kernels, att)
     op_rows = _op_rows(con, run_id, gpu_active, top, skip)
-    _merge_ops(op_rows, att, gpu_active)
+    _merge_ops(op_rows, att, gpu_active, model=model, context_tokens=context_tokens)
     ops = [row for _, row in op_rows]
     roofline_us = att["roofline_us"] if att else {b: 0.0 for b in BOUNDS}
     kept = counted_kernels(skip)
@@ -326,8 +339,72 @@ def analyze_run(con: duckdb.DuckDBPyConnection, run_id: int, top: int | None = N
     doc["notes"] = doc["notes"] + _missing_concrete_inputs_notes(con, run_id)
     if att and att.get("model_errors"):
         doc["notes"].append(att["model_errors"])
+    if model is not None or context_tokens is not None:
+        doc["model"] = model_block(ops, model, model_source, context_tokens)
     doc["advice"] = advise(doc)
     return doc
+
+
+def _stored_model(con: duckdb.DuckDBPyConnection, run_id: int) -> tuple[Any, str | None]:
+    """The model spec stored with the run and its source, or (None, None) (none stored, or one
+    this gpuscope cannot read: the analysis goes on without it)."""
+    from ..store.read import run_model
+    from .modelspec import ModelSpec
+
+    stored = run_model(con, run_id)
+    if stored is None:
+        return None, None
+    try:
+        spec = ModelSpec.from_json(stored[0])
+    except ValueError:
+        return None, None
+    return spec, f"stored with the run, from {stored[1]}" if stored[1] else "stored with the run"
+
+
+def _with_tensor_parallel(con: duckdb.DuckDBPyConnection, run_id: int, model: Any) -> Any:
+    """``model`` with the run's tensor-parallel degree when its attention ops show it (the query
+    heads each rank holds, :func:`~gpuscope.analyzers.modelspec.infer_tensor_parallel`)."""
+    import dataclasses
+
+    from .modelspec import infer_tensor_parallel
+
+    rows = con.execute(
+        "SELECT DISTINCT input_dims FROM ops WHERE run_id = ? AND (name LIKE 'vllm::unified_attention%' "
+        "OR name LIKE 'vllm::%attention%') AND input_dims IS NOT NULL LIMIT 50", [run_id]).fetchall()
+    dims = [json_or_none(r[0]) for r in rows]
+    tp = infer_tensor_parallel(model, dims)
+    return dataclasses.replace(model, tensor_parallel=tp) if tp and tp > 1 else model
+
+
+def model_block(ops: list[dict[str, Any]], model: Any, source: str | None,
+                context_tokens: int | None) -> dict[str, Any]:
+    """The ``model`` block of the analysis: the spec used, where it came from (``--model FILE``
+    or stored with the run), ``--context``, and ``filled_ops``: the ops whose cost exists only
+    because of the model or the context (costed with them, not without), with their calls and
+    GPU time."""
+    from .costmodel import op_cost
+
+    filled: dict[str, dict[str, Any]] = {}
+    for o in ops:
+        if o.get("flops") is None and o.get("bytes") is None:
+            continue
+        try:
+            without = op_cost(o["name"], o["input_dims"], o["input_types"])
+            with_it = op_cost(o["name"], o["input_dims"], o["input_types"], model=model,
+                              context_tokens=context_tokens)
+        except Exception:  # a cost model must never break the analysis
+            continue
+        if without is None and with_it is not None:
+            f = filled.setdefault(o["name"], {"name": o["name"], "count": 0, "kernel_us": 0.0,
+                                              "model": with_it.model})
+            f["count"] += int(o.get("count") or 0)
+            f["kernel_us"] += float(o.get("kernel_us") or 0.0)
+    return {
+        "source": source,
+        "spec": model.to_json() if model is not None and hasattr(model, "to_json") else None,
+        "context_tokens": context_tokens,
+        "filled_ops": sorted(filled.values(), key=lambda f: (-f["kernel_us"], f["name"])),
+    }
 
 
 def _missing_concrete_inputs_notes(con: duckdb.DuckDBPyConnection, run_id: int) -> list[str]:

@@ -13,6 +13,10 @@ Pure functions; they never print. What counts, exactly (also in ``docs/roofline.
   counts (it was measured against a cache). A kernel placed by its name family or by its
   duration alone (``confidence`` "family" / "duration") is **not** judged: it has no roof it is
   measured against. Neither is an op or kernel flagged ``model_error`` (its percent is withheld).
+- A compute kernel no recorded op launched (or a graph replay no capture maps) is judged when
+  it borrowed the cost of identical twins (same name, grid and block, launched by costed ops,
+  all agreeing: ``confidence`` "estimate"); when its costed twins disagree it is unjudged with
+  the reason ``twin_ambiguous``.
 - A memcpy / memset is judged when :func:`gpuscope.analyzers.roofline.classify_copy` gave it a
   roof time (host link or device memory).
 - Communication kernels are not judged yet (no link roof).
@@ -35,9 +39,13 @@ REASONS: dict[str, str] = {
     "shapes_not_modelled": "its shapes or dtypes are outside the cost model",
     "no_op": "kernel launched by no recorded op",
     "graph_replay_unmapped": "graph-replayed kernel, no capture maps it to an op",
+    # an op-less kernel whose identical launches (same name, grid, block) by costed ops give
+    # different costs: which one it was is not known, so it borrows none
+    "twin_ambiguous": "no op; its identical launches differ in cost",
     "no_spec": "GPU not in the spec database",
     "no_roof_for_dtype": "no peak for its dtype on this GPU",
     "model_error": "cost model overshoots every roof",
+    "needs_context": "KV context length not in the trace: pass --context",
     "communication": "communication: no link roof yet",
     "copy_not_judged": "copy of unknown link or size",
 }
@@ -64,19 +72,23 @@ def _blank(text: Any) -> bool:
 def reason_for_op(name: str, dims: Any, concrete: Any) -> str:
     """Why an op call has no cost: its name has no model, it needs ``--model``, the trace
     records no shapes (or no ``Concrete Inputs``), or its shapes fall outside the model."""
-    from .costmodel import NEEDS_CONCRETE_INPUTS, covered_op_names
+    from .costmodel import NEEDS_CONCRETE_INPUTS, covered_op_names, has_cost_model
+    from .costmodel.moe import MODEL_OPS  # costed only with a matching --model
 
     covered = covered_op_names()
     key = (name or "").strip()
     if key not in covered and "::" not in key and f"aten::{key}" in covered:
         key = f"aten::{key}"
-    if key not in covered:
-        return "needs_model" if NEEDS_MODEL_RE.search(key) else "no_cost_model"
+    # a generated kernel (Inductor's triton_poi_fused_..._moe_forward_0) is modelled by its
+    # name's pattern: it has a model even when its name contains "moe"
+    if key in MODEL_OPS or (key not in covered and not has_cost_model(key)):
+        return "needs_model" if key in MODEL_OPS or NEEDS_MODEL_RE.search(key) else "no_cost_model"
     if _blank(dims):
         return "no_shapes"
     if key in NEEDS_CONCRETE_INPUTS and _blank(concrete):
         return "no_concrete_inputs"
-    return "shapes_not_modelled"
+    from .costmodel.engine_attention import NEEDS_CONTEXT_OPS  # costed only with --context
+    return "needs_context" if key in NEEDS_CONTEXT_OPS else "shapes_not_modelled"
 
 
 def reason_for_unroofed(roof_source: str | None, verdict_reason: str) -> str:

@@ -421,9 +421,15 @@ class Acceptance:
         results = {(r["metric"], r.get("dtype")): r["value"] for r in doc.get("results", [])}
         matmul = {dt or "?": round(v / 1e12, 3) for (m, dt), v in results.items() if m == "matmul_flops_per_s"}
         bw = results.get(("mem_bw_bytes_per_s", None))
+        # the L2 streams (copy r+w, read), or why calibrate did not store them
+        l2 = {k: round(v / 1e9, 1) for k, v in (("copy", results.get(("l2_bw_bytes_per_s", None))),
+                                                 ("read", results.get(("l2_read_bytes_per_s", None)))) if v}
+        l2_seen = (doc.get("info") or {}).get("l2") or {}
+        l2_why = l2_seen.get("not_measured") or "; ".join(
+            f"{m}: {v['not_stored']}" for m, v in l2_seen.items() if isinstance(v, dict) and v.get("not_stored"))
         step.numbers.update(device=dev.get("name"), backend=doc.get("backend"), spec_key=doc.get("spec_key"),
                             matmul_tflops=matmul, copy_gb_per_s=None if bw is None else round(bw / 1e9, 1),
-                            skipped=doc.get("skipped"))
+                            l2_gb_per_s=l2, l2_not_stored=l2_why or None, skipped=doc.get("skipped"))
         problems = []
         if not matmul or not bw:
             problems.append("no matmul or bandwidth measurement")
@@ -432,7 +438,10 @@ class Acceptance:
         step.status = "fail" if problems else "pass"
         step.detail = (f"{dev.get('name')} ({doc.get('backend')}, spec {doc.get('spec_key')}): "
                        + ", ".join(f"{k} {v:g} TFLOP/s" for k, v in matmul.items())
-                       + (f", copy {bw / 1e9:.0f} GB/s" if bw else "") + (f"; {'; '.join(problems)}" if problems else ""))
+                       + (f", copy {bw / 1e9:.0f} GB/s" if bw else "")
+                       + "".join(f", L2 {k} {v:.0f} GB/s" for k, v in l2.items())
+                       + (f" (L2 not stored: {l2_why})" if l2_why else "")
+                       + (f"; {'; '.join(problems)}" if problems else ""))
 
     def step_sampler_cost(self, step: Step) -> None:
         rounds = 1 if self.dry else 5

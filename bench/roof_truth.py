@@ -146,8 +146,26 @@ def audit(doc: dict[str, Any], top: int) -> dict[str, Any]:
     return {"counts": counts, "worst": over[:top]}
 
 
-def run(folder: Path, top: int, with_issue_cases: bool = False) -> list[dict[str, Any]]:
-    """Ingest and audit every trace unit of ``folder`` (and the issue's cases)."""
+#: The public config.json of the model each shared serving trace ran (fixtures/models/README.md
+#: gives their sources): analyze's --model, so that fused MoE ops are judged.
+MODELS = {
+    "tracelens/vllm_decode_cudagraph": "gpt-oss-20b.config.json",   # 24 layers, 32 experts
+    "tracelens/b200_eager.json.gz": "gpt-oss-120b.config.json",     # 36 layers, 128 experts
+}
+
+
+def _model_for(name: str, use_models: bool) -> Any:
+    if not use_models or name not in MODELS:
+        return None
+    from gpuscope.analyzers.modelspec import model_spec
+
+    path = Path(__file__).resolve().parent.parent / "fixtures" / "models" / MODELS[name]
+    return model_spec(json.loads(path.read_text()), name=path.name.split(".config")[0])
+
+
+def run(folder: Path, top: int, with_issue_cases: bool = False, use_models: bool = True) -> list[dict[str, Any]]:
+    """Ingest and audit every trace unit of ``folder`` (and the issue's cases); the serving
+    traces are analyzed with their model's config (:data:`MODELS`) unless ``use_models`` is off."""
     from gpuscope.analyzers.breakdown import analyze_run
     from gpuscope.ingest import ingest
     from gpuscope.store import connect
@@ -164,12 +182,14 @@ def run(folder: Path, top: int, with_issue_cases: bool = False) -> list[dict[str
                 continue
             con = connect(db)
             try:
-                doc = analyze_run(con, res.run_id)
+                model = _model_for(name, use_models)
+                doc = analyze_run(con, res.run_id, model=model, model_source=MODELS.get(name) if model else None)
             finally:
                 con.close()
             r = audit(doc, top)
             r["trace"] = name
             r["coverage"] = doc.get("coverage")
+            r["model"] = MODELS.get(name) if model else None
             results.append(r)
     return results
 
@@ -218,6 +238,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--top", type=int, default=5, help="worst entries listed per trace")
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--check", action="store_true", help="exit 1 when any entry is above 100 %%")
+    ap.add_argument("--no-model", action="store_true",
+                    help="analyze the serving traces without their model's config.json (MoE ops unjudged)")
     ap.add_argument("--issue-cases", action="store_true",
                     help="also measure issue 28's three over-roof cases, rebuilt as small traces")
     a = ap.parse_args(argv)
@@ -226,7 +248,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"roof_truth: {folder}: no such folder (the shared traces live in ../shared/data/traces)",
               file=sys.stderr)
         return 2
-    results = run(folder, a.top, a.issue_cases)
+    results = run(folder, a.top, a.issue_cases, use_models=not a.no_model)
     print(json.dumps(results, indent=1, default=str) if a.json else _fmt(results))
     over = sum(r["counts"]["ops"] + r["counts"]["kernels"] for r in results if "counts" in r)
     return 1 if a.check and over else 0

@@ -11,8 +11,13 @@ METRIC_MATMUL = "matmul_flops_per_s"
 METRIC_MEM_BW = "mem_bw_bytes_per_s"
 #: Read-only reduction over a large tensor: bytes read per second.
 METRIC_MEM_READ = "mem_read_bytes_per_s"
-METRICS: tuple[str, ...] = (METRIC_MATMUL, METRIC_MEM_BW, METRIC_MEM_READ)
-UNITS = {METRIC_MATMUL: "FLOP/s", METRIC_MEM_BW: "B/s", METRIC_MEM_READ: "B/s"}
+#: L2 copy stream over buffers inside the L2: bytes read plus bytes written per second.
+METRIC_L2_BW = "l2_bw_bytes_per_s"
+#: L2 read-only stream (a reduction over a buffer inside the L2): bytes read per second.
+METRIC_L2_READ = "l2_read_bytes_per_s"
+METRICS: tuple[str, ...] = (METRIC_MATMUL, METRIC_MEM_BW, METRIC_MEM_READ, METRIC_L2_BW, METRIC_L2_READ)
+UNITS = {METRIC_MATMUL: "FLOP/s", METRIC_MEM_BW: "B/s", METRIC_MEM_READ: "B/s", METRIC_L2_BW: "B/s",
+         METRIC_L2_READ: "B/s"}
 
 
 def dtype_order(dtype: str | None) -> int:

@@ -121,3 +121,34 @@ def copy_link(name: str | None) -> str | None:
     """``host_link``, ``device_memory`` or ``peer`` for a copy activity's name; None when unknown."""
     d = copy_direction(name)
     return COPY_LINK.get(d) if d else None
+
+
+# The element size a kernel's C++ template was instantiated for, where PyTorch's kernel names
+# carry it: cat's `CatArrayBatchedCopy<OpaqueType<2u>, ...>` (cat copies bytes, specialised by
+# element size only) and the `_foreach_*` kernels' `multi_tensor_apply_kernel<...,
+# CopyFunctor<c10::BFloat16, ...>>` (the first template argument of the functor is the scalar
+# type). The profiler records a TensorList argument's shapes but not its dtypes ("TensorList"),
+# so the launched kernel is the only witness of how many bytes those ops moved.
+_OPAQUE = re.compile(r"OpaqueType<(?:\(unsigned int\))?(\d{1,2})u?>")
+_FUNCTOR = re.compile(r"multi_tensor_apply_kernel<.*?Functor<\s*([A-Za-z0-9_:]+(?: (?:int|char))?)\s*[,>]")
+_SCALAR_BYTES = {
+    "c10::BFloat16": 2, "c10::Half": 2, "float": 4, "double": 8, "int": 4, "long": 8, "long int": 8,
+    "short": 2, "short int": 2, "bool": 1, "signed char": 1, "unsigned char": 1, "c10::Float8_e4m3fn": 1,
+    "c10::Float8_e5m2": 1, "c10::Float8_e4m3fnuz": 1, "c10::Float8_e5m2fnuz": 1, "int64_t": 8, "int32_t": 4,
+    "__half": 2, "__nv_bfloat16": 2, "__hip_bfloat16": 2,
+}
+
+
+def kernel_element_bytes(name: str | None) -> int | None:
+    """Bytes per element of the data a PyTorch cat / foreach kernel moves, read from its name, or
+    None when the name does not say (see the comment above)."""
+    if not name or len(name) > 20000:
+        return None
+    m = _OPAQUE.search(name)
+    if m:
+        n = int(m.group(1))
+        return n if n in (1, 2, 4, 8, 16) else None
+    m = _FUNCTOR.search(name)
+    if m:
+        return _SCALAR_BYTES.get(m.group(1))
+    return None

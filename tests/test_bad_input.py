@@ -142,10 +142,10 @@ def test_usage_errors_exit_2(db) -> None:
 
 
 def test_abbreviated_options_are_not_guessed(db) -> None:
-    # argparse would take --model as --model-bytes and complain about a byte count.
-    r = run_cli("ceiling", "--gpu", "h100-sxm", "--model", "llama")
-    assert r.code == 2 and "unrecognized arguments: --model llama" in r.err
-    assert "--model-bytes" not in r.err and len(r.err.strip().splitlines()) == 1
+    # argparse would take --head as --head-dim and read 64 as a head dimension.
+    r = run_cli("ceiling", "--gpu", "h100-sxm", "--params", "8B", "--dtype", "bf16", "--head", "64")
+    assert r.code == 2 and "unrecognized arguments: --head 64" in r.err
+    assert "--head-dim" not in r.err and len(r.err.strip().splitlines()) == 1
     r = run_cli("analyze", "--to", "3")
     assert r.code == 2 and "unrecognized arguments: --to " in r.err  # not --top
 

@@ -217,6 +217,168 @@ def test_tf32_switch_is_restored() -> None:
 
 
 # --------------------------------------------------------------------------------------------
+# L2 bandwidth: sizes, the fit, storage, and the measured roof's L2
+# --------------------------------------------------------------------------------------------
+
+_MIB = 1 << 20
+
+
+def test_l2_size_comes_from_the_spec_then_torch() -> None:
+    h100 = types.SimpleNamespace(key="h100-sxm", l2_cache_mb=50)
+    mi300x = types.SimpleNamespace(key="mi300x", l2_cache_mb=32)
+    # the spec's binary MB first (the size the cache roof judges with)
+    assert calibrate.l2_size_bytes("cuda", 52_428_800, h100) == (50 * _MIB, "spec h100-sxm: l2_cache_mb 50")
+    # a MIG slice: torch's smaller L2 wins on NVIDIA
+    size, why = calibrate.l2_size_bytes("cuda", 10 * _MIB, h100)
+    assert size == 10 * _MIB and "below the spec's 50 MB" in why
+    # ROCm reports one XCD's L2 (4 MB of MI300X's 32 MB): the spec's total stays
+    assert calibrate.l2_size_bytes("rocm", 4 * _MIB, mi300x)[0] == 32 * _MIB
+    assert calibrate.l2_size_bytes("cuda", 4 * _MIB, None) == (4 * _MIB, "torch L2_cache_size")
+    assert calibrate.l2_size_bytes("cuda", 6 * _MIB, types.SimpleNamespace(key="x", l2_cache_mb=None))[0] == 6 * _MIB
+    size, why = calibrate.l2_size_bytes("cuda", None, types.SimpleNamespace(key="x"))
+    assert size is None and "unknown" in why
+    assert calibrate.l2_size_bytes("cuda", float("nan"), None)[0] is None
+
+
+def test_l2_buffer_sizes_and_kernels_per_graph() -> None:
+    from gpuscope.calibrate import l2
+
+    # H100, 50 MiB: half of it read from one buffer, or copied between two quarters
+    assert calibrate.stream_buffer_bytes(50 * _MIB, 0.5, 1) == 25 * _MIB
+    assert calibrate.stream_buffer_bytes(50 * _MIB, 0.5, 2) == 12.5 * _MIB
+    assert calibrate.stream_buffer_bytes(50 * _MIB, 0.125, 2) == 3_276_800  # 3.125 MiB = 50 x 64 KiB
+    # rounded down to 64 KiB: 6 MiB / 8 / 2 = 393,216 B = 6 x 64 KiB; 1 MB / 8 / 2 = 65,536 B = 1 unit
+    assert calibrate.stream_buffer_bytes(6 * _MIB, 0.125, 2) == 393_216
+    assert calibrate.stream_buffer_bytes(1_000_000, 0.125, 1) == 65_536
+    assert calibrate.stream_buffer_bytes(1_000_000, 0.125, 2) == 0  # 62,500 B: less than one unit
+    assert l2.L2_REPLAY_BYTES == 2 << 30
+    assert calibrate.graph_repeats(25 * _MIB) == 82  # ceil(2048 MiB / 25 MiB)
+    assert calibrate.graph_repeats(64 << 10) == 2048  # capped
+    assert calibrate.graph_repeats(4 << 30) == 8  # at least 8
+    assert calibrate.graph_repeats(0) == 8
+
+
+def test_l2_fit_removes_the_fixed_cost_per_kernel_and_rejects_what_is_not_one_stream() -> None:
+    sizes = (6.25 * _MIB, 12.5 * _MIB, 25 * _MIB)
+    # 2 us per kernel + bytes at 8 TB/s: 2.819, 3.638, 5.277 us
+    fit = calibrate.fit_stream([(b, 2e-6 + b / 8e12) for b in sizes])
+    assert fit.ok and fit.bytes_per_s == pytest.approx(8e12, rel=1e-9) and fit.fixed_s == pytest.approx(2e-6)
+    # the largest working set spilled to HBM (half the speed): off the line, not stored
+    spilled = [(b, 2e-6 + b / 8e12) for b in sizes[:2]] + [(sizes[2], 2e-6 + sizes[2] / 4e12)]
+    bad = calibrate.fit_stream(spilled)
+    assert not bad.ok and "not linear" in bad.rejected
+    # launch-bound: 5 us per kernel whatever the bytes
+    flat = calibrate.fit_stream([(b, 5e-6) for b in sizes])
+    assert not flat.ok and flat.bytes_per_s is None and "does not grow" in flat.rejected
+    # the fixed cost swamps the data: 40 us + bytes at 8 TB/s grows by 2.5 us of 45 us (5.5% < 10%)
+    swamped = calibrate.fit_stream([(b, 40e-6 + b / 8e12) for b in sizes])
+    assert not swamped.ok and "swamps" in swamped.rejected
+    # a negative fixed cost (-1 us): not one stream
+    neg = calibrate.fit_stream([(b, -1e-6 + b / 8e12) for b in (16 * _MIB, 32 * _MIB, 64 * _MIB)])
+    assert not neg.ok and "negative" in neg.rejected
+    assert not calibrate.fit_stream([(sizes[0], 3e-6), (sizes[0], 3.1e-6)]).ok  # one size only
+    assert not calibrate.fit_stream([]).ok
+
+
+def test_l2_stream_result_is_a_ceilings_row_only_when_the_fit_holds() -> None:
+    from gpuscope.calibrate.l2 import StreamPoint, stream_result
+
+    # 100 kernels per graph at 2 us + bytes / 9 TB/s each
+    pts = [StreamPoint(b, b, 100, 20, 100 * (2e-6 + b / 9e12), 100 * (1.9e-6 + b / 9e12))
+           for b in (6 * _MIB, 12 * _MIB, 24 * _MIB)]
+    m, seen = stream_result(calibrate.METRIC_L2_BW, "dst.copy_(src)", pts, 48 * _MIB, "torch L2_cache_size",
+                            "CUDA events around each iteration")
+    assert m is not None and m.metric == "l2_bw_bytes_per_s" and m.unit == "B/s" and m.dtype is None
+    assert m.value == pytest.approx(9e12, rel=1e-9)
+    # per kernel, its fixed cost included: 24 MiB / (2 us + 24 MiB / 9 TB/s)
+    per_kernel = 24 * _MIB / (2e-6 + 24 * _MIB / 9e12)
+    assert m.info["per_kernel_bytes_per_s"] == pytest.approx(per_kernel) and per_kernel < m.value
+    assert "graph of 100..100 kernels" in m.method and "2.00 µs per kernel removed" in m.method
+    assert [p["working_set_bytes"] for p in seen["points"]] == [6 * _MIB, 12 * _MIB, 24 * _MIB]
+    assert "not_stored" not in seen
+    flat = [StreamPoint(b, b, 100, 20, 500e-6, 500e-6) for b in (6 * _MIB, 12 * _MIB, 24 * _MIB)]
+    m, seen = stream_result(calibrate.METRIC_L2_READ, "sum", flat, 48 * _MIB, "x", "events")
+    assert m is None and "does not grow" in seen["not_stored"]
+
+
+def _with_l2(cal: Calibration, l2_copy: float | None, l2_read: float | None) -> Calibration:
+    extra = [Measurement(metric, None, v, "B/s", "fake", {}) for metric, v in
+             ((calibrate.METRIC_L2_BW, l2_copy), (calibrate.METRIC_L2_READ, l2_read)) if v]
+    return Calibration(cal.device, cal.measurements + extra, cal.skipped, cal.measured_ns, cal.spec_key,
+                       cal.spec, cal.info)
+
+
+def test_l2_rows_are_stored_read_back_and_reported_against_the_spec_l2(db: Path) -> None:
+    spec = types.SimpleNamespace(key="h100-sxm", peak_flops_per_s={"bf16": 989.4e12}, mem_bw_bytes_per_s=3.35e12,
+                                 l2_bw_bytes_per_s=12e12)
+    cal = _with_l2(_fake("NVIDIA H100 80GB HBM3", "h100-sxm", 1, 742e12, 2.9e12, spec=spec), 7.5e12, 9e12)
+    con = store.connect(db)
+    try:
+        cid = calibrate.write_calibration(con, cal)
+        m = read.latest_ceilings(con, spec_key="h100-sxm")
+        assert m.calibration_id == cid and m.l2_bw_bytes_per_s == 7.5e12 and m.l2_read_bytes_per_s == 9e12
+        assert m.mem_bw_bytes_per_s == 2.9e12  # the HBM rows are unchanged
+        listed = read.list_calibrations(con)[0]
+        assert listed["l2_bw_bytes_per_s"] == 7.5e12 and listed["l2_read_bytes_per_s"] == 9e12
+    finally:
+        con.close()
+    rows = [r for r in _rows(db) if r["metric"].startswith("l2_")]
+    assert {(r["metric"], r["dtype"], r["unit"]) for r in rows} == {("l2_bw_bytes_per_s", None, "B/s"),
+                                                                    ("l2_read_bytes_per_s", None, "B/s")}
+    # the L2 rows are judged against the spec's L2 (12 TB/s), not its HBM (3.35 TB/s)
+    doc = calibrate.calibration_json(cal, cid, "node1")
+    by = {x["metric"]: x for x in doc["results"] if x["dtype"] is None}
+    assert by["l2_bw_bytes_per_s"]["spec_value"] == 12e12 and by["l2_bw_bytes_per_s"]["pct_of_spec"] == 62.5
+    assert by["l2_read_bytes_per_s"]["pct_of_spec"] == 75.0
+    assert by["mem_bw_bytes_per_s"]["spec_value"] == 3.35e12
+    text = render_calibration(doc, None)
+    assert "L2 copy (r+w)" in text and "L2 read" in text and "7,500.0 GB/s" in text
+    # an older calibration without L2 rows reads back with None
+    con = store.connect(db)
+    try:
+        calibrate.write_calibration(con, _fake("NVIDIA H100 80GB HBM3", "h100-sxm", 2, 742e12, 2.9e12))
+        m = read.latest_ceilings(con, spec_key="h100-sxm")
+        assert m.l2_bw_bytes_per_s is None and m.l2_read_bytes_per_s is None
+    finally:
+        con.close()
+
+
+def test_the_measured_roof_judges_l2_work_against_the_calibrated_l2(db: Path) -> None:
+    from gpuscope.analyzers.attribution import _measured
+    from gpuscope.analyzers.roofline import Roof, settle_over_roof
+
+    spec = types.SimpleNamespace(key="h100-sxm", host_link="PCIe Gen5 x16")
+    spec_roof = Roof("h100-sxm", "spec", {"bf16": 989.4e12}, 3.35e12, None, 55e9, "PCIe Gen5 x16",
+                     (("L2", 50 * _MIB, None), ("Infinity Cache (MALL)", 256 * _MIB, 17.2e12)))
+    con = store.connect(db)
+    try:
+        # no L2 rows: the spec's caches stay
+        calibrate.write_calibration(con, _fake("NVIDIA H100 80GB HBM3", "h100-sxm", 1, 742e12, 3.0e12))
+        roof, note = _measured(con, spec, spec_roof)
+        assert roof.source == "measured" and roof.caches == spec_roof.caches and "L2" not in note
+        # L2 streams measured: the faster one (read, 8 TB/s) is the L2 roof; the other cache stays
+        calibrate.write_calibration(con, _with_l2(_fake("NVIDIA H100 80GB HBM3", "h100-sxm", 2, 742e12, 3.0e12),
+                                                  7e12, 8e12))
+        roof, note = _measured(con, spec, spec_roof)
+        assert roof.mem_bw_bytes_per_s == 3.0e12 and "L2 bandwidth measured" in note
+        assert roof.caches == (("L2", 50 * _MIB, 8e12), ("Infinity Cache (MALL)", 256 * _MIB, 17.2e12))
+        # an op that moved 60 MB (working set 10 MB) in 10 us: 6 TB/s, above the 3 TB/s HBM roof
+        # (20 us at the roof); at the measured 8 TB/s L2 it takes 7.5 us: cache_bound at 75 %
+        got = settle_over_roof(10.0, 20.0, None, 60e6, 10e6, "bf16", roof)
+        assert got["bound"] == "cache_bound" and got["cache"] == "L2"
+        assert got["roof_us"] == pytest.approx(7.5) and got["pct_of_roof"] == pytest.approx(0.75)
+        # with the spec's caches (no L2 bandwidth) the same op has no percent
+        assert settle_over_roof(10.0, 20.0, None, 60e6, 10e6, "bf16", spec_roof)["pct_of_roof"] is None
+        # an L2 figure at or below the HBM roof is not a cache roof (a failed sizing): the spec's stays
+        calibrate.write_calibration(con, _with_l2(_fake("NVIDIA H100 80GB HBM3", "h100-sxm", 3, 742e12, 3.0e12),
+                                                  2.5e12, None))
+        roof, note = _measured(con, spec, spec_roof)
+        assert roof.caches == spec_roof.caches and "L2" not in note
+    finally:
+        con.close()
+
+
+# --------------------------------------------------------------------------------------------
 # bad arguments and failures leave the store alone
 # --------------------------------------------------------------------------------------------
 
@@ -313,6 +475,14 @@ def test_quick_gpu_calibration(db: Path) -> None:
     assert 5e10 < by[("mem_bw_bytes_per_s", None)] < 2e13
     assert {x["dtype"] for x in doc["results"] if x["metric"] == "matmul_flops_per_s"} | \
         {s["dtype"] for s in doc["skipped"]} == {"bf16", "fp16", "fp32", "tf32", "fp8"}
+    # the L2 streams ran (graph capture and all) wherever the L2 size is known; a stored figure
+    # is above device memory's (else it did not stay in the L2)
+    seen = doc["info"].get("l2", {})
+    if doc["spec_key"] or doc["device"].get("l2_cache_size"):
+        for metric in ("l2_bw_bytes_per_s", "l2_read_bytes_per_s"):
+            assert metric in seen and len(seen[metric]["points"]) == 3, seen
+            if (metric, None) in by:
+                assert by[(metric, None)] > by[("mem_bw_bytes_per_s", None)], seen[metric]
     con = store.connect(db, read_only=True)
     try:
         m = read.latest_ceilings(con, device_name=doc["device"]["name"])
@@ -374,7 +544,8 @@ def test_gpu_code_path_on_a_fake_gpu(db: Path, monkeypatch: pytest.MonkeyPatch) 
     switching, events, spec lookup, telemetry) with torch.cuda faked and tensors on the CPU."""
     cuda = torch.cuda
     props = types.SimpleNamespace(name="NVIDIA H100 80GB HBM3", major=9, minor=0, total_memory=80 << 30,
-                                  multi_processor_count=132, uuid="b42dd28e-ffdd-8720-1df0-98bd8cdc05b1")
+                                  multi_processor_count=132, uuid="b42dd28e-ffdd-8720-1df0-98bd8cdc05b1",
+                                  L2_cache_size=4 << 20)
     for name, value in {
         "is_available": lambda: True, "device_count": lambda: 1, "current_device": lambda: 0,
         "get_device_properties": lambda i: props, "set_device": lambda d: None, "synchronize": lambda d=None: None,
@@ -391,6 +562,10 @@ def test_gpu_code_path_on_a_fake_gpu(db: Path, monkeypatch: pytest.MonkeyPatch) 
     monkeypatch.setattr(kernels, "_WARM_SIZE", 64)
     monkeypatch.setattr(kernels, "FLUSH_BYTES", 128 << 20)
     monkeypatch.setattr(kernels, "GPU_COPY_BUFFER_BYTES", {False: 32 << 20, True: 32 << 20})
+    # the L2 streams: an eager loop stands in for the CUDA graph; graphs of 8..16 kernels
+    from gpuscope.calibrate import l2
+    monkeypatch.setattr(l2, "_graph_replay", lambda t, fn, repeats: (lambda: [fn() for _ in range(repeats)]))
+    monkeypatch.setattr(l2, "L2_REPLAY_BYTES", 8 << 20)
     fake_specs = types.ModuleType("gpuscope.specs")
     spec = types.SimpleNamespace(key="h100-sxm", peak_flops_per_s={"bf16": 989.4e12, "fp32": 66.9e12},
                                  mem_bw_bytes_per_s=3.35e12)
@@ -420,6 +595,18 @@ def test_gpu_code_path_on_a_fake_gpu(db: Path, monkeypatch: pytest.MonkeyPatch) 
     assert "pct_of_spec" in by[("matmul_flops_per_s", "bf16")] and "pct_of_spec" not in by[("matmul_flops_per_s", "fp8")]
     assert by[("mem_bw_bytes_per_s", None)]["spec_value"] == 3.35e12
     assert getattr(torch.backends.cuda.matmul, "fp32_precision", None) == precision  # restored
+    # L2: sized from torch's 4 MiB (the fake spec has no L2), working sets of 1/8, 1/4, 1/2 of it;
+    # a stream is stored exactly when its fit holds (CPU timings may or may not fit a line)
+    seen = doc["info"]["l2"]
+    for metric, per_kernel in (("l2_bw_bytes_per_s", [16, 8, 8]), ("l2_read_bytes_per_s", [16, 8, 8])):
+        assert seen[metric]["l2_bytes"] == 4 << 20 and seen[metric]["l2_size_source"] == "torch L2_cache_size"
+        assert [pt["working_set_bytes"] for pt in seen[metric]["points"]] == [512 << 10, 1 << 20, 2 << 20]
+        assert [pt["kernels_per_graph"] for pt in seen[metric]["points"]] == per_kernel
+        assert ((metric, None) in by) == ("not_stored" not in seen[metric]), seen[metric]
+        if (metric, None) in by:
+            assert "CUDA/HIP graph" in by[(metric, None)]["method"]
+            assert by[(metric, None)]["value"] == pytest.approx(seen[metric]["fit_bytes_per_s"])
+    assert "L2 copy" in r.err and "L2 read" in r.err
     rows = _rows(db)
     assert {r["spec_key"] for r in rows} == {"h100-sxm"} and {r["backend"] for r in rows} == {"cuda"}
     info = json.loads(next(r["info"] for r in rows if r["dtype"] == "bf16"))

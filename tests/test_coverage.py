@@ -163,8 +163,9 @@ def test_coverage_on_shared_traces(rel: str, tmp_path: Path, db: Path) -> None:
     # every unjudged microsecond has a reason: judged + unjudged is the whole
     assert cov["judged_us"] + cov["unjudged_us"] == pytest.approx(cov["total_us"])
     if rel == "tracelens/vllm_decode_cudagraph":
-        # the baseline of issue 28: 18 %, vllm::moe_forward 67 % for want of the model
-        assert cov["share"] == pytest.approx(0.177, abs=0.01)
+        # the baseline of issue 28 was 18 % (vllm::moe_forward 67 % for want of the model);
+        # engine models (TopK, SortTokens: 4.6 %; Inductor kernels) only add to it
+        assert cov["share"] >= 0.177 - 0.01
         assert cov["unjudged"][0]["name"] == "vllm::moe_forward" and cov["unjudged"][0]["reason"] == "needs_model"
 
 

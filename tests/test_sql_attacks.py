@@ -309,6 +309,8 @@ def downgrade(path: Path, version: int) -> None:
 
     con = duckdb.connect(str(path))
     drop: list[str] = []
+    if version < 7:  # step 6->7 added run_models
+        con.execute("DROP TABLE run_models")
     if version < 6:  # a form of secret the rule before step 5->6 left as typed
         con.execute(f"UPDATE runs SET command = 'python serve.py --callback https://x.example/cb#access_token={SECRET}'")
     if version < 5:
@@ -357,7 +359,7 @@ def current_store(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return db
 
 
-@pytest.fixture(params=[1, 2, 3, 4, 5])
+@pytest.fixture(params=[1, 2, 3, 4, 5, 6])
 def old_store(request: pytest.FixtureRequest, current_store: Path, tmp_path: Path) -> Iterator[tuple[Path, int]]:
     folder = tmp_path / "stores"
     folder.mkdir()

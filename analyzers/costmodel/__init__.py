@@ -42,8 +42,13 @@ module            what it holds
 ``movement``      copy_, clone, to, cat, index/gather/scatter, pad
 ``reductions``    sum/mean/max..., topk, sort, softmax
 ``norms``         layer/rms/group/batch norm
-``engines``       vLLM / AITER / SGLang custom ops: fused rms+add(+quant), act-and-mul, rotary,
-                  KV-cache writes, fp8 quant
+``engines``       vLLM / AITER / SGLang custom ops: fused rms+add(+quant), act-and-mul, GELUs,
+                  rotary, fused QK-norm+rope, KV-cache writes, fp8 quant, AITER bf16 GEMM, MoE
+                  routing (triton_kernels TopK / SortTokens, topk_softmax, moe_align)
+``engine_attn..`` ``engine_attention``: paged / MLA decode attention (with ``--context``:
+                  ``NEEDS_CONTEXT_OPS``), AITER batch prefill
+``triton``        Inductor's generated Triton kernels (``triton_poi_fused_add_0``...), matched
+                  by name pattern (``_register_pattern``): estimates from the launch arguments
 ``__init__``      the entry point: ``covered_op_names``, :func:`op_cost`
 ================  ==============================================================================
 
@@ -60,9 +65,15 @@ import math
 from typing import Any
 
 # Every family module registers its models on import; the order does not matter.
-from . import attention, conv, elementwise, engines, gemm, movement, norms, reductions, views  # noqa: F401
+from . import (  # noqa: F401
+    attention, conv, elementwise, engine_attention, engines, foreach, gemm, moe, movement, norms, quantized,
+    reductions, triton, views,
+)
+from . import steps  # noqa: F401  (after the families: the step model wins for the ops it names)
 from ._core import OpCost, _Call, _HANDLERS, _parse_list, bytes_per_element, dtype_key, storage_elements
+from ._core import _handler_for
 from .conv import NEEDS_CONCRETE_INPUTS
+from .steps import STEP_OPS
 from .views import VIEW_OPS, _alloc, _view
 
 __all__ = [
@@ -72,8 +83,10 @@ __all__ = [
     "bytes_per_element",
     "storage_elements",
     "covered_op_names",
+    "has_cost_model",
     "VIEW_OPS",
     "NEEDS_CONCRETE_INPUTS",
+    "STEP_OPS",
 ]
 
 
@@ -82,9 +95,19 @@ def covered_op_names() -> frozenset[str]:
     return frozenset(_HANDLERS)
 
 
+def has_cost_model(name: str) -> bool:
+    """True when :func:`op_cost` has a model for op ``name``: a name of
+    :func:`covered_op_names` (``aten::`` may be left out) or a generated kernel's name that a
+    family models by its pattern (Inductor's ``triton_poi_fused_add_0``)."""
+    key = name.strip() if isinstance(name, str) else ""
+    return bool(key) and (_handler_for(key) is not None
+                          or ("::" not in key and _handler_for("aten::" + key) is not None))
+
+
 def op_cost(name: str, input_dims: list | str | None, input_types: list | str | None,
             concrete_inputs: list | str | None = None, input_strides: list | str | None = None, *,
-            model: Any = None, context_tokens: int | None = None) -> OpCost | None:
+            model: Any = None, context_tokens: int | None = None, iteration: Any = None,
+            element_bytes: int | None = None) -> OpCost | None:
     """The cost of one call of op ``name`` from its trace arguments.
 
     ``input_dims``, ``input_types`` and ``concrete_inputs`` are the trace's ``Input Dims``,
@@ -93,7 +116,11 @@ def op_cost(name: str, input_dims: list | str | None, input_types: list | str | 
     input costs to read are those of its storage (a broadcast or expanded input counts once,
     :func:`storage_elements`), not of its view; outputs count what is written. FLOPs do not
     depend on strides. ``model`` (a ``ModelSpec`` from the user's ``--model`` config) and
-    ``context_tokens`` (``--context``) fill in what fused engine ops do not record. Returns ``None`` when the op has no cost model or its shapes are
+    ``context_tokens`` (``--context``) fill in what fused engine ops do not record, as does
+    ``iteration``: the engine step the call ran in (``IterationShape``, from the trace's step
+    labels, :mod:`gpuscope.analyzers.iterations`); ``element_bytes`` the element size of
+    TensorList arguments, which the profiler does not record (the attribution reads it from
+    the launched kernels' names). Returns ``None`` when the op has no cost model or its shapes are
     missing or inconsistent; never raises.
 
     Roof (``dtype``) rule: matrix ops (GEMM, attention, convolution) take the widest dtype of
@@ -107,7 +134,7 @@ def op_cost(name: str, input_dims: list | str | None, input_types: list | str | 
         if not isinstance(name, str) or not name.strip():
             return None
         key = name.strip()
-        handler = _HANDLERS.get(key)
+        handler = _handler_for(key)
         if handler is None and "::" not in key:
             key = "aten::" + key
             handler = _HANDLERS.get(key)
@@ -119,7 +146,7 @@ def op_cost(name: str, input_dims: list | str | None, input_types: list | str | 
         types = _parse_list(input_types) or []
         conc = _parse_list(concrete_inputs) or []
         strides = _parse_list(input_strides) if input_strides is not None else None
-        call = _Call(key, dims, types, conc, strides, model, context_tokens)
+        call = _Call(key, dims, types, conc, strides, model, context_tokens, iteration, element_bytes)
         if handler in (_view, _alloc):
             return handler(call)
         if not dims:

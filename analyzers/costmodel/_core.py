@@ -6,6 +6,7 @@ import functools
 import json
 import math
 from dataclasses import dataclass
+from re import Pattern
 from typing import Any, Callable, Iterable, Sequence
 
 Shape = tuple[int, ...]
@@ -275,7 +276,8 @@ class _Call:
 
     def __init__(self, name: str, dims: list[Any], types: list[Any], conc: list[Any],
                  strides: list[Any] | None = None, model: Any = None,
-                 context_tokens: int | None = None) -> None:
+                 context_tokens: int | None = None, iteration: Any = None,
+                 element_bytes: int | None = None) -> None:
         self.name = name
         self.dims = dims
         self.types = types
@@ -287,6 +289,12 @@ class _Call:
         #: KV tokens per sequence when the user gave ``--context`` (attention whose trace does
         #: not record context lengths)
         self.context_tokens = context_tokens
+        #: the engine step this call ran in (``gpuscope.analyzers.iterations.IterationShape``:
+        #: query and KV length sums) when the trace labels its steps
+        self.iteration = iteration
+        #: bytes per element of TensorList arguments, from the launched kernels' names (the
+        #: profiler records a TensorList's shapes but not its dtypes)
+        self.element_bytes = element_bytes
 
     @property
     def n(self) -> int:
@@ -445,3 +453,24 @@ _HANDLERS: dict[str, Handler] = {}
 def _register(names: Iterable[str], handler: Handler) -> None:
     for n in names:
         _HANDLERS[n] = handler
+
+
+#: Models for op names that follow a pattern instead of a list: generated kernels such as
+#: Inductor's ``triton_poi_fused_add_0`` (their names are made per program). Tried in order,
+#: only when no exact name in ``_HANDLERS`` matches.
+_PATTERNS: list[tuple[Pattern[str], Handler]] = []
+
+
+def _register_pattern(pattern: Pattern[str], handler: Handler) -> None:
+    _PATTERNS.append((pattern, handler))
+
+
+def _handler_for(name: str) -> Handler | None:
+    """The model of op ``name``: its exact name's, else the first pattern's that matches."""
+    handler = _HANDLERS.get(name)
+    if handler is not None:
+        return handler
+    for pattern, h in _PATTERNS:
+        if pattern.match(name):
+            return h
+    return None

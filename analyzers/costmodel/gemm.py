@@ -143,6 +143,8 @@ def _scaled_mm(call: _Call) -> OpCost | None:
     if a is None or b is None or len(a) != 2 or len(b) != 2 or a[1] != b[0]:
         return None
     m, k, n = a[0], a[1], b[1]
+    if _matrix_roof([call.type(0)]) == "fp4":  # Float4_e2m1fn_x2 packs 2 values: K is 2x the dim
+        k *= 2
     out_t = _type_from_code(call.c(6)) or call.type(0)
     reads = sum(call.nbytes(i) for i in range(min(call.n, 6)))
     out = m * n * (bytes_per_element(out_t) or 0)

@@ -86,7 +86,12 @@ def _cat(call: _Call) -> OpCost | None:
     # Kineto records a TensorList without its element dtypes: bytes are unknown unless an
     # out= tensor shows the dtype.
     nbytes = 2 * n * bytes_per_element(out_t) if out_t and bytes_per_element(out_t) else None
-    return _cost(0, nbytes, "fp32", "copy", call.name.split("::")[-1] + (
+    model = call.name.split("::")[-1]
+    if nbytes is None and call.element_bytes:
+        # the element size the launched cat kernel was instantiated for (CatArrayBatchedCopy<OpaqueType<2>>)
+        nbytes = 2 * n * call.element_bytes
+        model += " (element size from the kernel)"
+    return _cost(0, nbytes, "fp32", "copy", model + (
         "" if nbytes is not None else " (TensorList dtypes not recorded)"))
 
 

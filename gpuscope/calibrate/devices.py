@@ -9,7 +9,7 @@ from typing import Any
 
 from ..device import match_spec
 from ..errors import GpuscopeError
-from ..ceiling_metrics import METRIC_MATMUL
+from ..ceiling_metrics import METRIC_L2_BW, METRIC_L2_READ, METRIC_MATMUL
 from .results import CalibrationDevice
 
 
@@ -115,7 +115,8 @@ def spec_peak(spec: Any, metric: str, dtype: str | None) -> float | None:
 
     The spec entry comes from ``gpuscope.specs``; this reads it defensively (a method
     ``peak_flops_per_s(dtype)`` or a mapping ``flops_per_s`` / ``peak_flops_per_s`` by dtype;
-    ``mem_bw_bytes_per_s`` / ``memory_bandwidth_bytes_per_s`` for bandwidth)."""
+    ``mem_bw_bytes_per_s`` / ``memory_bandwidth_bytes_per_s`` for bandwidth; ``l2_bw_bytes_per_s``
+    for the L2 streams)."""
     if spec is None:
         return None
     if metric == METRIC_MATMUL:
@@ -132,6 +133,9 @@ def spec_peak(spec: Any, metric: str, dtype: str | None) -> float | None:
             if _num(got) is not None:
                 return _num(got)
         return None
+    if metric in (METRIC_L2_BW, METRIC_L2_READ):
+        # the L2 streams against the L2's peak, never device memory's
+        return _num(getattr(spec, "l2_bw_bytes_per_s", None))
     for name in ("mem_bw_bytes_per_s", "memory_bandwidth_bytes_per_s", "peak_mem_bw_bytes_per_s",
                  "mem_bandwidth_bytes_per_s"):
         v = _num(getattr(spec, name, None))

@@ -32,11 +32,14 @@ from .kernels import (
     _Timer,
     _warm_gpu,
 )
+from .l2 import measure_l2
 from .results import DEFAULT_CPU_DTYPES, DEFAULT_GPU_DTYPES, DEFAULT_SECONDS, Calibration, Measurement, check_seconds, parse_dtypes
 
 
 #: Share of the budget that the memory measurements get; the rest is split over the dtypes.
 _MEMORY_SHARE = 0.15
+#: Share of the budget that the L2 streams get (GPU only; six short graph replays).
+_L2_SHARE = 0.05
 
 
 # --------------------------------------------------------------------------------------------
@@ -50,7 +53,8 @@ def _quiet(_: str) -> None:
 
 def measure(*, device: int | None = None, dtypes: Sequence[str] | None = None, quick: bool = False,
             seconds: float | None = None, cpu: bool = False, progress: Progress | None = None) -> Calibration:
-    """Measure achievable matmul FLOP/s per dtype and memory bandwidth; store nothing.
+    """Measure achievable matmul FLOP/s per dtype and memory bandwidth (and on a GPU the L2's:
+    :func:`gpuscope.calibrate.l2.measure_l2`, whose findings go to ``info["l2"]``); store nothing.
 
     On the GPU ``device`` (default: the current one) when torch sees a GPU and ``cpu`` is
     false, else on the host CPU. ``dtypes`` are roof dtype keys (default
@@ -124,6 +128,7 @@ def measure(*, device: int | None = None, dtypes: Sequence[str] | None = None, q
         _warm_gpu(ctx, min(1.0 if not quick else 0.2, 0.05 * budget))
 
     measurements: list[Measurement] = []
+    l2_seen: dict[str, Any] = {}
     try:
         with torch.inference_mode():
             try:
@@ -131,6 +136,15 @@ def measure(*, device: int | None = None, dtypes: Sequence[str] | None = None, q
             except Exception as exc:  # torch raises RuntimeError mostly, but not only
                 raise GpuscopeError(f"memory bandwidth measurement failed on {info_dev.name}: "
                                     f"{_first_line(exc)}") from None
+            if use_gpu:
+                try:
+                    l2_rows, l2_seen = measure_l2(ctx, budget * _L2_SHARE, spec)
+                except Exception as exc:  # the L2 is a refinement: its failure must not lose the rest
+                    l2_rows, l2_seen = [], {"not_measured": f"failed: {_first_line(exc)}"}
+                    ctx.release()
+                measurements.extend(l2_rows)
+                if "not_measured" in l2_seen:
+                    say(f"L2 bandwidth not measured: {l2_seen['not_measured']}")
             if use_gpu:
                 shapes = GPU_SHAPES_QUICK if quick else GPU_SHAPES
                 ctx.matmul_timer = _GpuTimer(torch, dev, _flush_buffer(ctx))
@@ -165,6 +179,8 @@ def measure(*, device: int | None = None, dtypes: Sequence[str] | None = None, q
     }
     if spec_note:
         info["spec_note"] = spec_note
+    if l2_seen:
+        info["l2"] = l2_seen
     if use_gpu:
         info["limits"], info["telemetry_end"] = gpu_clocks(info_dev)
     else:

@@ -3,7 +3,8 @@ from __future__ import annotations
 
 import argparse
 
-from .common import EXIT_OK, add_inflate_argument, db_path, open_run_ref, positive_int, print_json, terminal_width
+from .common import (EXIT_OK, add_inflate_argument, add_model_arguments, db_path, load_model, open_run_ref, positive_int,
+                     print_json, terminal_width)
 
 HELP = "time breakdown and attribution of a run (default: the latest)"
 DESCRIPTION = ("Time breakdown (compute, communication, memory, idle), top kernels and top ops of a run. "
@@ -22,6 +23,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="judge against the spec-sheet peaks (default) or the newest `gpuscope calibrate` of the same GPU")
     parser.add_argument("--gpu", metavar="KEY", help="the GPU to judge against (spec key or name), overriding identification")
     parser.add_argument("--specs", metavar="FILE", help="extra/overriding GPU spec entries (default: $GPUSCOPE_SPECS)")
+    add_model_arguments(parser, context=True)
+    # the gap to the decode speed of light (analyzers/gap.py): needs --model and the tokens
+    parser.add_argument("--tokens", type=positive_int, metavar="N",
+                        help="tokens generated in the analyzed window, all sequences (default: the run's decode marks)")
+    parser.add_argument("--batch", type=positive_int, metavar="N",
+                        help="sequences decoded together (default: from the marks or the trace's decode ops, else 1)")
     add_inflate_argument(parser)
 
 
@@ -29,16 +36,28 @@ def run(args: argparse.Namespace) -> int:
     """Run the command; returns the exit code."""
     from .. import store
     from ..analyzers.breakdown import analyze_run
+    from ..analyzers.gap import add_gap
     from ..render.analysis import render_analysis
 
     db = db_path(args)
+    given = load_model(args.model) if args.model else None  # a bad file stops here, before any work
     ref, con = open_run_ref(db, args.run, name=args.name, announce=not args.json,
                             max_inflate_ratio=args.max_inflate_ratio)
     if con is None:
         con = store.connect(db, read_only=True)
     try:
         run = store.resolve_run(con, ref, db)
-        doc = analyze_run(con, run.id, roof=args.roof, gpu=args.gpu, specs_path=args.specs)
+        # without --model, analyze_run uses the model stored with the run
+        model = given[0] if given else None
+        doc = analyze_run(con, run.id, roof=args.roof, gpu=args.gpu, specs_path=args.specs,
+                          model=model, context_tokens=args.context,
+                          model_source=f"--model {given[1]}" if given else None)
+        if model is None and (doc.get("model") or {}).get("spec"):
+            from ..analyzers.modelspec import ModelSpec
+
+            model = ModelSpec.from_json(doc["model"]["spec"])  # the one stored with the run
+        add_gap(con, run.id, doc, model, tokens=args.tokens, batch=args.batch, context=args.context,
+                specs_path=args.specs)
     finally:
         con.close()
     if args.json:

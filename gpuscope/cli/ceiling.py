@@ -7,7 +7,8 @@ HELP = "decode speed-of-light for a model on a GPU; judges a claimed tokens/s"
 DESCRIPTION = (
     "The most decode tokens/s a GPU can deliver: each step reads the weights once plus the KV cache of every "
     "sequence, so tokens/s per sequence <= memory bandwidth / bytes per step (and <= peak FLOP/s / (2 x params "
-    "x batch)). Example: gpuscope ceiling --gpu mi300x --params 70B --dtype fp16 --claimed-tps 314. "
+    "x batch)). Example: gpuscope ceiling --gpu mi300x --params 70B --dtype fp16 --claimed-tps 314, or from a "
+    "Hugging Face config: gpuscope ceiling --gpu h100-sxm --model config.json --batch 32 --context 4096. "
     "Counts accept 70e9, 70B, 7.5M, 1.5T. Arithmetic and sources: docs/specs.md."
 )
 NEEDS_DB = False
@@ -17,7 +18,10 @@ REPORTS = True
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Add this command's arguments to its sub-parser."""
     parser.add_argument("--gpu", required=True, help="spec key or any listed name (mi300x, h100-sxm, 'NVIDIA H100 80GB HBM3')")
-    size = parser.add_argument_group("model size (--params with --dtype, or --model-bytes)")
+    size = parser.add_argument_group("model size (--model, or --params with --dtype, or --model-bytes)")
+    size.add_argument("--model", metavar="CONFIG.json",
+                      help="a Hugging Face config.json: weight bytes per step (for MoE the experts the batch is "
+                           "expected to touch), layers, KV heads and head dim from it, in its quantization's bits")
     size.add_argument("--params", metavar="N", help="parameter count: 70e9, 70B, 7.5M, 1.5T")
     size.add_argument("--dtype", help="weight dtype: fp32, fp16, bf16, fp8, int8, int4, fp4 (bytes per parameter)")
     size.add_argument("--model-bytes", metavar="BYTES", help="weight bytes instead of params x dtype: 140e9, 140GB, 130GiB")
@@ -79,10 +83,20 @@ def run(args: argparse.Namespace) -> int:
     """Run the command; returns the exit code."""
     from ..analyzers.ceiling import (Claim, DecodeQuery, Decoding, KVCache, Model, decode_ceiling,
                                      parse_bytes, parse_count)
-    from .common import print_json
+    from ..errors import InputError
+    from .common import load_model, print_json
     from ..render.ceiling import render_ceiling
     from ..specs import load_specs
 
+    model = None
+    if args.model:
+        # the config says the size, the dtype and the KV cache's shape: a flag saying them too is refused
+        for flag, value in (("--params", args.params), ("--dtype", args.dtype), ("--model-bytes", args.model_bytes),
+                            ("--kv-bytes-per-token", args.kv_bytes_per_token), ("--layers", args.layers),
+                            ("--kv-heads", args.kv_heads), ("--head-dim", args.head_dim)):
+            if value is not None:
+                raise InputError(flag, "comes from --model; give one or the other")
+        model = load_model(args.model)
     db = load_specs(args.specs)
     spec = db.find(args.gpu)
     opt = (lambda v, what, f: None if v is None else f(v, what))
@@ -96,6 +110,29 @@ def run(args: argparse.Namespace) -> int:
     bandwidth_fraction = _float(args.bandwidth_fraction, "--bandwidth-fraction")
     num_gpus = _int(args.gpus, "--gpus")
     claimed = opt(args.claimed_tps, "--claimed-tps", parse_count)
+    if model is not None:
+        from ..analyzers.gap import model_ceiling
+
+        try:
+            result, weights = model_ceiling(spec, model[0], Decoding(batch, context, num_gpus, bandwidth_fraction,
+                                                                     args.compute_dtype),
+                                            kv_dtype=args.kv_dtype, db=db,
+                                            claim=None if claimed is None else Claim(claimed, args.claim_aggregate))
+        except InputError as exc:
+            if exc.source != "model config":
+                raise
+            raise InputError(model[1], exc.message) from None  # name the file, not "model config"
+        if args.json:
+            doc = result.to_json()
+            doc["model"] = {"source": model[1], **weights.to_json()}
+            print_json(doc)
+        else:
+            from ..analyzers.modelspec import describe
+            from ..textsafe import visible
+
+            print(f"model {visible(describe(model[0]))} ({model[1]})")
+            print(render_ceiling(result))
+        return 0
     query = DecodeQuery(Model(params, args.dtype, model_bytes),
                         Decoding(batch, context, num_gpus, bandwidth_fraction, args.compute_dtype),
                         KVCache(kv_bytes, layers, kv_heads, head_dim, args.kv_dtype),

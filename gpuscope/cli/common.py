@@ -190,3 +190,68 @@ def open_run_ref(
     if ref is not None and _looks_like_path(ref) and not Path(ref).exists() and os.sep in ref:
         raise InputError(visible(ref), "no such file or directory (and no run of that name)")
     return ref, None
+
+
+#: Largest model config read (``--model``): a Hugging Face config.json is a few KiB.
+MAX_MODEL_CONFIG_BYTES = 4 * 2**20
+
+
+def add_model_arguments(parser: argparse.ArgumentParser, context: bool = False) -> None:
+    """``--model CONFIG.json`` (and, with ``context``, ``--context TOKENS``): the model the run
+    served, for the ops whose trace does not record it (issue 28, point 3)."""
+    parser.add_argument("--model", metavar="CONFIG.json",
+                        help="the Hugging Face config.json of the model the run served: fused MoE ops are costed "
+                             "from its experts, top-k and weight quantization (stored with the run by ingest/run)")
+    if context:
+        parser.add_argument("--context", type=positive_int, metavar="TOKENS",
+                            help="KV tokens per sequence, for attention ops whose trace records no context lengths")
+
+
+def load_model(path: str) -> tuple[Any, str]:
+    """The :class:`~gpuscope.analyzers.modelspec.ModelSpec` of the config file ``path`` and its
+    source (the path as shown). Read bounded (4 MiB) and only from a regular file; strict JSON
+    (no NaN); any problem is an :class:`InputError` naming the file, in one line."""
+    import json
+
+    from ..analyzers.modelspec import model_spec
+    from ..fileio import read_regular
+
+    shown = visible(path)
+    try:
+        data = read_regular(path, "model config", MAX_MODEL_CONFIG_BYTES)
+    except OSError as exc:
+        raise InputError(shown, f"cannot read the model config ({exc.strerror or exc})") from None
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise InputError(shown, "not a model config: not UTF-8 text") from None
+
+    def _no_constant(word: str) -> Any:
+        raise ValueError(f"{word} is not JSON")
+
+    try:
+        config = json.loads(text, parse_constant=_no_constant)
+    except json.JSONDecodeError as exc:
+        raise InputError(shown, f"not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}") from None
+    except ValueError as exc:
+        raise InputError(shown, f"not valid JSON: {exc}") from None
+    except RecursionError:
+        raise InputError(shown, "not valid JSON: nested too deeply") from None
+    stem = Path(path).name
+    for suffix in (".json", ".config"):
+        stem = stem.removesuffix(suffix)
+    try:
+        spec = model_spec(config, name=None if stem in ("", "config") else stem)
+    except InputError as exc:
+        raise InputError(shown, exc.message) from None
+    return spec, shown
+
+
+def store_model(db: Path, run_id: int, given: tuple[Any, str]) -> None:
+    """Store the parsed model spec ``given`` (from :func:`load_model`) with run ``run_id``, in one
+    write transaction."""
+    from .. import store
+    from ..store import runs
+
+    with store.writing(db, retry_s=10.0) as con:
+        runs.set_model(con, run_id, given[0].to_json(), given[1])

@@ -5,7 +5,7 @@ import argparse
 import sys
 from typing import Any
 
-from .common import add_inflate_argument, positive_int
+from .common import add_inflate_argument, add_model_arguments, positive_int
 
 HELP = "two runs side by side, op by op (e.g. H100 vs MI300X)"
 DESCRIPTION = (
@@ -28,6 +28,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--gpu-b", metavar="KEY", help="override the GPU of RUN_B (spec key or name)")
     parser.add_argument("--specs", metavar="FILE", help="extra/overriding GPU spec entries")
     parser.add_argument("--wide", action="store_true", help="show names and shapes whole (--json always has them whole)")
+    add_model_arguments(parser, context=True)
     add_inflate_argument(parser)
 
 
@@ -38,9 +39,10 @@ def run(args: argparse.Namespace) -> int:
     from ..analyzers.compare import compare_docs
     from ..render.compare import render_compare
     from ..textsafe import visible
-    from .common import db_path, print_json, run_ref_or_ingest, terminal_width
+    from .common import db_path, load_model, print_json, run_ref_or_ingest, terminal_width
 
     db = db_path(args)
+    given = load_model(args.model) if args.model else None  # a bad file stops here, before any work
     ref_a = run_ref_or_ingest(db, args.run_a, announce=not args.json, max_inflate_ratio=args.max_inflate_ratio)
     ref_b = run_ref_or_ingest(db, args.run_b, announce=not args.json, max_inflate_ratio=args.max_inflate_ratio)
     con = store.connect(db, read_only=True)
@@ -50,8 +52,13 @@ def run(args: argparse.Namespace) -> int:
         if ra.id == rb.id:
             print(f"gpuscope compare: RUN_A and RUN_B are the same run ({ra.id} '{visible(ra.name)}'): every ratio is 1",
                   file=sys.stderr)
-        doc_a = analyze_run(con, ra.id, roof=args.roof, gpu=args.gpu_a, specs_path=args.specs)
-        doc_b = analyze_run(con, rb.id, roof=args.roof, gpu=args.gpu_b, specs_path=args.specs)
+        # --model applies to both sides; without it each run uses the model stored with it
+        model = given[0] if given else None
+        source = f"--model {given[1]}" if given else None
+        doc_a = analyze_run(con, ra.id, roof=args.roof, gpu=args.gpu_a, specs_path=args.specs, model=model,
+                            context_tokens=args.context, model_source=source)
+        doc_b = analyze_run(con, rb.id, roof=args.roof, gpu=args.gpu_b, specs_path=args.specs, model=model,
+                            context_tokens=args.context, model_source=source)
     finally:
         con.close()
     doc: dict[str, Any] = compare_docs(doc_a, doc_b)

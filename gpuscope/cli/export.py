@@ -11,7 +11,7 @@ FLAGS = {"from_s": "--from", "to_s": "--to", "window": "--window"}
 HELP = "write a run's tables as Parquet or CSV files (one per table, with a README of the columns)"
 DESCRIPTION = (
     "Write the run's rows of every table (runs, traces, devices, samples, kernels, ops, annotations, "
-    "graph_launches, sampler_stats) and the analysis per op and per kernel (bound class, percent of roof) "
+    "graph_launches, sampler_stats, run_models) and the analysis per op and per kernel (bound class, percent of roof) "
     "into the directory --out, one file per table, with a README.md naming every column, its type and "
     "unit. Row counts equal the store's. The file or directory appears whole (written under a fresh "
     "temporary name, then renamed) and owner-only; an existing --out is replaced only with --force, and "

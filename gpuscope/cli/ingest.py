@@ -4,7 +4,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from .common import EXIT_OK, add_inflate_argument, db_path, print_json
+from .common import EXIT_OK, add_inflate_argument, add_model_arguments, db_path, load_model, print_json, store_model
 
 HELP = "load Kineto traces (files, .gz, directories) as one run"
 DESCRIPTION = ("Load PyTorch profiler (Kineto) traces as one run: files, .json.gz, or directories "
@@ -25,6 +25,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "(default: only on a terminal, without --json)")
     parser.add_argument("--threads", type=_threads, metavar="N",
                         help="most threads for parsing and files read at once (default: the cores, at most 8)")
+    add_model_arguments(parser)
     add_inflate_argument(parser)
 
 
@@ -43,12 +44,17 @@ def run(args: argparse.Namespace) -> int:
     from .. import ingest
     from ..render.ingest import render_ingest
 
+    given = load_model(args.model) if args.model else None  # a bad file stops here, before any work
     shown = args.progress or (sys.stderr.isatty() and not args.quiet and not args.json)
     progress = ingest.stderr_progress(shown)
     result = ingest.ingest(db_path(args), args.paths, name=args.name, progress=progress, all_ops=args.all_ops,
                            max_inflate_ratio=args.max_inflate_ratio or ingest.MAX_INFLATE_RATIO,
                            threads=args.threads)
+    if given is not None:
+        store_model(db_path(args), result.run_id, given)
     doc = result.to_json()
+    if given is not None:
+        doc["model"] = {"source": given[1], "name": given[0].name}
     if args.json:
         print_json(doc)
     else:

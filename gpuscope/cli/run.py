@@ -6,7 +6,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from .common import db_path, non_negative_float, non_negative_int, positive_float, positive_int, print_json, terminal_width
+from .common import (add_model_arguments, db_path, load_model, non_negative_float, non_negative_int, positive_float,
+                     positive_int, print_json, terminal_width)
 
 HELP = "run CMD with telemetry and profiler windows; store, analyze and summarize it"
 DESCRIPTION = (
@@ -46,6 +47,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "TRACEPARENT is set; URL as for `gpuscope monitor --otlp` (docs/otel.md)")
     parser.add_argument("--otlp-protocol", default=None, metavar="PROTOCOL", help="grpc or http/protobuf (default: "
                         "OTEL_EXPORTER_OTLP_PROTOCOL, else http/protobuf)")
+    add_model_arguments(parser)
     parser.add_argument("-q", "--quiet", action="store_true", help="no status line or progress on stderr")
     parser.add_argument("cmd", nargs=argparse.REMAINDER, metavar="-- CMD ARGS", help="the command to run")
     shared = parser._option_string_actions.get("--json")
@@ -92,6 +94,7 @@ def run(args: argparse.Namespace) -> int:
         otlp = (check_endpoint(args.otlp) if args.otlp else None, protocol, export_interval_s())
     elif args.otlp_protocol is not None:
         raise InputError("--otlp-protocol", "given without --otlp")
+    given = load_model(args.model) if args.model else None  # a bad file stops here, before the program starts
     db = Path(db_path(args))
     # A store that cannot be written (a read-only file system, file or folder) is refused before
     # anything starts, in one line (exit 2): the program was meant to be recorded into it.
@@ -101,7 +104,7 @@ def run(args: argparse.Namespace) -> int:
     opts = RunOptions(command=cmd, db=db, name=args.name, hz=args.hz, profile=profile,
                       tokens=args.tokens, status_line=tty, analyze=not args.no_analyze,
                       replay=Path(args.replay) if args.replay else None, child_stdout_to_stderr=bool(args.json),
-                      otlp=otlp)
+                      otlp=otlp, model=given)
     progress = None if args.quiet else (lambda msg: print(f"gpuscope run: {msg}", file=sys.stderr, flush=True))
     outcome = execute(opts, progress)
     summary: dict[str, Any] = outcome.summary

@@ -12,7 +12,7 @@ DESCRIPTION = ("Run a SQL query over the store. The query reads the store and no
                "reading statements run (SELECT, EXPLAIN of one, informational PRAGMA and CALL); it "
                "cannot change the store, read or write other files (COPY, read_csv, ATTACH, "
                "EXPORT), load extensions or change settings. Tables: runs, traces, devices, samples, kernels, ops, "
-               "annotations, graph_launches, ceilings, sampler_stats, meta (docs/store.md). Example: gpuscope sql \"SELECT name, sum(dur_ns)/1e3 AS us "
+               "annotations, graph_launches, ceilings, sampler_stats, run_models, meta (docs/store.md). Example: gpuscope sql \"SELECT name, sum(dur_ns)/1e3 AS us "
                "FROM kernels GROUP BY name ORDER BY us DESC LIMIT 5\". A query has --timeout seconds "
                "(default 60) and --memory-limit of memory (default 25% of the machine's).")
 NEEDS_DB = True

@@ -6,7 +6,9 @@ import json
 from typing import Any
 
 from ..analyzers.coverage import coverage_line
+from ..analyzers.modelspec import model_line
 from ..textsafe import visible
+from .gap import gap_lines
 from .ingest import MALFORMED_NOTE
 from .table import DEFAULT_WIDTH, fmt_pct, fmt_rate, fmt_us, prose, shorten, table, whole, wrap_prose
 
@@ -135,6 +137,10 @@ def render_analysis(doc: dict[str, Any], top: int = 10, wide: bool = False, widt
         cov_line = coverage_line(doc.get("coverage"), name_width=None if wide else 48)
         if cov_line:
             out.append(cov_line if wide else prose(cov_line, width, "", "  "))
+        m_line = model_line(doc.get("model"))
+        if m_line:
+            out.append(visible(m_line) if wide else prose(visible(m_line), width, "", "  "))
+        out.extend(gap_lines(doc, width))  # the gap to the decode speed of light (render/gap.py)
         if len(doc["per_device"]) > 1:
             out.append("")
             out.append(table(

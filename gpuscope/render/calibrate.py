@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..ceiling_metrics import METRIC_MATMUL, METRIC_MEM_BW, METRIC_MEM_READ, METRICS, dtype_order
+from ..ceiling_metrics import (METRIC_L2_BW, METRIC_L2_READ, METRIC_MATMUL, METRIC_MEM_BW, METRIC_MEM_READ, METRICS,
+                               dtype_order)
 from ..textsafe import visible
 from .table import fmt_bw, fmt_flops, fmt_ns_time, table
 
@@ -49,7 +50,8 @@ def render_calibration(doc: dict[str, Any], db_path: str | None = None) -> str:
              f"device: {dev.get('name')} ({', '.join(bits)}) on {doc.get('host')}"]
     if dev.get("uuid"):
         lines.append(f"uuid:   {dev['uuid']}")
-    names = {METRIC_MATMUL: "matmul", METRIC_MEM_BW: "memory copy (r+w)", METRIC_MEM_READ: "memory read"}
+    names = {METRIC_MATMUL: "matmul", METRIC_MEM_BW: "memory copy (r+w)", METRIC_MEM_READ: "memory read",
+             METRIC_L2_BW: "L2 copy (r+w)", METRIC_L2_READ: "L2 read"}
     rows = []
     for r in sorted(doc["results"], key=lambda r: (METRICS.index(r["metric"]) if r["metric"] in METRICS else 9,
                                                    dtype_order(r["dtype"]))):

@@ -73,6 +73,8 @@ class RunOptions:
     #: ``--otlp``: (endpoint or None for the OTEL_* variables, protocol, export interval in s):
     #: the telemetry as OpenTelemetry metrics while the run runs, and its spans at the end.
     otlp: tuple[str | None, str, float] | None = None
+    #: ``--model``: (ModelSpec, source) of the model the program serves, stored with the run.
+    model: tuple[Any, str] | None = None
 
 
 @dataclass
@@ -283,6 +285,11 @@ def execute(opts: RunOptions, progress: Any = None) -> RunOutcome:
     started_ns = time.time_ns()
     _update_info(opts.db, run_id, {"owner": {"pid": os.getpid(), "host": store.hostname()},
                                    "run_dir": str(run_dir), "profile": json.loads(opts.profile.to_env())})
+    if opts.model is not None:
+        from ..store import runs as store_runs
+
+        with _writing(opts.db) as con:
+            store_runs.set_model(con, run_id, opts.model[0].to_json(), opts.model[1])
     env = child_env(run_dir, run_id, opts.profile, bootstrap_dir=boot)
     child_stdout = _stderr_fd() if opts.child_stdout_to_stderr else None
     try:
@@ -335,7 +342,7 @@ def execute(opts: RunOptions, progress: Any = None) -> RunOutcome:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
     if opts.analyze and outcome.summary.get("store_error") is None:
-        outcome.summary.update(_analyze(opts.db, run_id, opts.tokens))
+        outcome.summary.update(_analyze(opts.db, run_id, opts.tokens, opts.model))
         if opts.replay is None:  # replayed GPUs are not the ones the program ran on
             note = window_missed_gpu_note(opts.profile, outcome.summary)
             if note:
@@ -648,14 +655,15 @@ def _annotation_rows(run_id: int, windows: list[dict[str, Any]], marks: list[dic
     return rows
 
 
-def _analyze(db: Path, run_id: int, tokens: int | None) -> dict[str, Any]:
+def _analyze(db: Path, run_id: int, tokens: int | None, model: tuple[Any, str] | None = None) -> dict[str, Any]:
     from .. import store
     from ..analyzers.breakdown import analyze_run
     from ..analyzers.energy import run_telemetry, telemetry_by_bound
 
     con = store.connect(db, read_only=True)
     try:
-        doc = analyze_run(con, run_id)
+        doc = analyze_run(con, run_id, model=model[0] if model else None,
+                          model_source=f"--model {model[1]}" if model else None)
         tele = run_telemetry(con, run_id, tokens=tokens)
         bounds = {k["name"]: k.get("bound", "unknown") for k in doc["kernels"] if k.get("category") == "compute"}
         tele["by_kernel_class"] = telemetry_by_bound(con, run_id, bounds)

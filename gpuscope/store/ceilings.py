@@ -10,7 +10,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ..machine import hostname
-from ..ceiling_metrics import METRIC_MATMUL, METRIC_MEM_BW, METRIC_MEM_READ, dtype_order
+from ..ceiling_metrics import (METRIC_L2_BW, METRIC_L2_READ, METRIC_MATMUL, METRIC_MEM_BW, METRIC_MEM_READ,
+                               dtype_order)
 from .tx import transaction
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -33,6 +34,9 @@ class MeasuredCeilings:
     #: Read-only bandwidth (bytes read per second), when measured.
     mem_read_bytes_per_s: float | None = None
     device_uuid: str | None = None
+    #: L2 copy (bytes read + written per second) and read-only streams, when measured.
+    l2_bw_bytes_per_s: float | None = None
+    l2_read_bytes_per_s: float | None = None
 
 
 def insert_calibration(con: duckdb.DuckDBPyConnection, *, measured_ns: int, host: str | None,
@@ -54,7 +58,7 @@ def insert_calibration(con: duckdb.DuckDBPyConnection, *, measured_ns: int, host
 def _ceilings_from_rows(rows: list[tuple[Any, ...]]) -> MeasuredCeilings:
     first = rows[0]
     flops: dict[str, float] = {}
-    bw = read = None
+    bw = read = l2_bw = l2_read = None
     for r in rows:
         metric, dtype, value = r[7], r[8], float(r[9])
         if metric == METRIC_MATMUL and dtype:
@@ -63,10 +67,15 @@ def _ceilings_from_rows(rows: list[tuple[Any, ...]]) -> MeasuredCeilings:
             bw = value
         elif metric == METRIC_MEM_READ:
             read = value
+        elif metric == METRIC_L2_BW:
+            l2_bw = value
+        elif metric == METRIC_L2_READ:
+            l2_read = value
     return MeasuredCeilings(
         calibration_id=int(first[0]), measured_ns=int(first[1]), host=first[2], device_name=first[3],
         spec_key=first[5], backend=str(first[6]), flops_per_s=flops, mem_bw_bytes_per_s=bw,
-        mem_read_bytes_per_s=read, device_uuid=first[4],
+        mem_read_bytes_per_s=read, device_uuid=first[4], l2_bw_bytes_per_s=l2_bw,
+        l2_read_bytes_per_s=l2_read,
     )
 
 
@@ -103,7 +112,8 @@ def latest_ceilings(con: duckdb.DuckDBPyConnection, *, spec_key: str | None = No
 
 def list_calibrations(con: duckdb.DuckDBPyConnection) -> list[dict[str, Any]]:
     """Every stored calibration, newest first: id, measured_ns, host, device_name, device_uuid,
-    spec_key, backend, ``flops_per_s`` by dtype, ``mem_bw_bytes_per_s``, ``mem_read_bytes_per_s``."""
+    spec_key, backend, ``flops_per_s`` by dtype, ``mem_bw_bytes_per_s``, ``mem_read_bytes_per_s``,
+    ``l2_bw_bytes_per_s``, ``l2_read_bytes_per_s``."""
     rows = con.execute(f"SELECT {_COLUMNS} FROM ceilings ORDER BY measured_ns DESC, id DESC, metric, dtype").fetchall()
     by_id: dict[int, list[tuple[Any, ...]]] = {}
     for r in rows:
@@ -116,5 +126,6 @@ def list_calibrations(con: duckdb.DuckDBPyConnection) -> list[dict[str, Any]]:
             "device_uuid": c.device_uuid, "spec_key": c.spec_key, "backend": c.backend,
             "flops_per_s": dict(sorted(c.flops_per_s.items(), key=lambda kv: dtype_order(kv[0]))),
             "mem_bw_bytes_per_s": c.mem_bw_bytes_per_s, "mem_read_bytes_per_s": c.mem_read_bytes_per_s,
+            "l2_bw_bytes_per_s": c.l2_bw_bytes_per_s, "l2_read_bytes_per_s": c.l2_read_bytes_per_s,
         })
     return out

@@ -99,6 +99,19 @@ def run_name(con: duckdb.DuckDBPyConnection, run_id: int) -> str | None:
     return None if row is None else str(row[0])
 
 
+def run_model(con: duckdb.DuckDBPyConnection, run_id: int) -> tuple[dict[str, Any], str | None] | None:
+    """The model spec stored with the run (``--model`` on ingest / run) as its JSON document
+    and its source, or None (none stored, or a row that is not a JSON object)."""
+    row = con.execute("SELECT spec_json, source FROM run_models WHERE run_id = ?", [run_id]).fetchone()
+    if row is None:
+        return None
+    try:
+        spec = json.loads(row[0])
+    except (TypeError, ValueError):
+        return None
+    return (spec, row[1]) if isinstance(spec, dict) else None
+
+
 # --------------------------------------------------------------------------------------------
 # devices, samples, kernels and ops of a run: what the TUI, `monitor`, `export` and `report`
 # show without an analysis. Column lists are spelled here, once.
@@ -276,6 +289,7 @@ RUN_TABLES: dict[str, tuple[str, str]] = {
     "annotations": ("run_id", "ts_ns, kind, name"),
     "graph_launches": ("run_id", "ts_ns"),
     "sampler_stats": ("run_id", "started_ns"),
+    "run_models": ("run_id", "run_id"),
 }
 
 

@@ -88,6 +88,15 @@ def merge_info(con: duckdb.DuckDBPyConnection, run_id: int, extra: dict[str, Any
     return info
 
 
+def set_model(con: duckdb.DuckDBPyConnection, run_id: int, spec: dict[str, Any], source: str | None) -> None:
+    """Store the model a run served (``--model``): ``spec`` is the parsed
+    :class:`~gpuscope.analyzers.modelspec.ModelSpec` as JSON (never the user's file), ``source``
+    where it came from (the config's path as given). Replaces an earlier one."""
+    _status(con, run_id)  # a StoreError for a run that does not exist
+    con.execute("INSERT OR REPLACE INTO run_models (run_id, spec_json, source) VALUES (?, ?, ?)",
+                [run_id, json.dumps(spec, sort_keys=True), source])
+
+
 def set_ended(con: duckdb.DuckDBPyConnection, run_id: int, ended_ns: int) -> None:
     """Record when a run's recording stopped, leaving its state to whoever finishes it (the
     wrapper of ``gpuscope run`` still has traces to add)."""

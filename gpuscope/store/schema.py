@@ -2,7 +2,7 @@
 
 The tables that ``gpuscope sql`` users can rely on are ``runs``, ``devices``, ``samples``,
 ``kernels``, ``ops`` and ``annotations`` (see ``docs/store.md``); ``traces``, ``calibrations``,
-``sampler_stats`` and ``meta`` are there too. All timestamps are integer nanoseconds since the
+``sampler_stats``, ``run_models`` and ``meta`` are there too. All timestamps are integer nanoseconds since the
 Unix epoch, durations integer nanoseconds. Who writes each table: ``docs/architecture.md``.
 """
 from __future__ import annotations
@@ -18,7 +18,7 @@ from ..redact import redact_command
 if TYPE_CHECKING:  # pragma: no cover
     import duckdb
 
-SCHEMA_VERSION = 6
+SCHEMA_VERSION = 7
 #: Block size of new store files: DuckDB's default (256 KiB) makes even an empty store large;
 #: 64 KiB blocks keep small runs small at no measurable cost in speed (bench/README.md).
 STORE_BLOCK_SIZE = 65536
@@ -279,8 +279,21 @@ def _migration_5_to_6(con: duckdb.DuckDBPyConnection) -> None:
     _redact_stored_commands(con, "runs")
 
 
+def _migration_6_to_7(con: duckdb.DuckDBPyConnection) -> None:
+    # The model a run served (`--model CONFIG.json` on ingest / run, issue 28 point 3): the
+    # parsed spec only (gpuscope.analyzers.modelspec.ModelSpec.to_json), never the user's file;
+    # `source` says where it came from. One row per run at most.
+    con.execute(
+        """CREATE TABLE run_models (
+  run_id BIGINT PRIMARY KEY,
+  spec_json VARCHAR NOT NULL,
+  source VARCHAR
+)"""
+    )
+
+
 MIGRATIONS = (_migration_0_to_1, _migration_1_to_2, _migration_2_to_3, _migration_3_to_4, _migration_4_to_5,
-              _migration_5_to_6)
+              _migration_5_to_6, _migration_6_to_7)
 assert len(MIGRATIONS) == SCHEMA_VERSION
 
 
