@@ -150,10 +150,12 @@ def _op_rows(con: duckdb.DuckDBPyConnection, run_id: int, gpu: bool, limit: int 
     if gpu:
         sql = f"""
             WITH per_op AS (
-                SELECT op_id, sum(dur_ns) AS gpu_ns, count(*) AS n
+                -- a call replayed from a graph is one per replay (graph launch): see attribution._CALL
+                SELECT op_id, sum(dur_ns) AS gpu_ns, count(*) AS n,
+                       count(DISTINCT CASE WHEN attribution = 'graph_capture' THEN correlation ELSE -1 END) AS calls
                 FROM kernels WHERE run_id = ? AND op_id IS NOT NULL{counted_kernels(excluded)} GROUP BY op_id
             )
-            SELECT o.name, o.input_dims, o.input_types, count(*) AS count, sum(p.gpu_ns) / 1e3 AS kernel_us,
+            SELECT o.name, o.input_dims, o.input_types, sum(p.calls) AS count, sum(p.gpu_ns) / 1e3 AS kernel_us,
                    sum(o.dur_ns) / 1e3 AS cpu_us, sum(p.n) AS kernels, NULL AS concrete
             FROM ops o JOIN per_op p ON p.op_id = o.op_id
             WHERE o.run_id = ?

@@ -32,8 +32,8 @@ from typing import Any
 #: Every reason an unjudged microsecond can carry, and what it means (in the text output).
 REASONS: dict[str, str] = {
     "no_cost_model": "no cost model",
-    # gpuscope has no --model yet (issue 28, point 3): the words say what is missing, not a flag
-    "needs_model": "expert weights not in the trace",
+    # a fused MoE op without --model, or with a config whose experts do not match the op's
+    "needs_model": "expert weights not in the trace: pass --model CONFIG.json",
     "no_shapes": "no shapes recorded: profile with record_shapes=True",
     "no_concrete_inputs": "no Concrete Inputs recorded (stride, padding...)",
     "shapes_not_modelled": "its shapes or dtypes are outside the cost model",
@@ -45,7 +45,7 @@ REASONS: dict[str, str] = {
     "no_spec": "GPU not in the spec database",
     "no_roof_for_dtype": "no peak for its dtype on this GPU",
     "model_error": "cost model overshoots every roof",
-    "needs_context": "KV context length not in the trace: pass --context",
+    "needs_context": "KV context length not in the trace (no engine step labels): pass --context",
     "communication": "communication: no link roof yet",
     "copy_not_judged": "copy of unknown link or size",
 }

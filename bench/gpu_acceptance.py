@@ -19,8 +19,13 @@ one hang loses one step, not the rest. What comes back (at most 8 files, each sm
 - ``steps.log``: each step's command and the end of its output.
 
 Without a CUDA (or ROCm) build of torch, the steps that need one (the README's command, calibrate,
-the sampler's cost on a decode loop) are skipped with the reason, and the recording runs under
-a CuPy load when CuPy is there, else on an idle GPU (it says so).
+the sampler's cost on a decode loop, the ncu comparison) are skipped with the reason, and the
+recording runs under a CuPy load when CuPy is there, else on an idle GPU (it says so).
+
+The last step, ``ncu``, profiles a short decode twice (``bench/workloads/ncu_decode.py``: under
+``torch.profiler`` and under Nsight Compute's ``ncu --section SpeedOfLight``) and sets
+gpuscope's class of each kernel beside ncu's (``bench/ncu_compare.py``); its rows come back in
+``summary.json``. Without ncu it is skipped, saying so.
 
 ``--dry-run`` goes through every step on a machine without a GPU: NVML is the fake module of
 ``tests/fakes`` (a recorded H100 table), nvidia-smi a fake that answers from the same table,
@@ -54,6 +59,10 @@ OUTPUT_FILES = ("summary.md", "summary.json", "steps.log", "compare.json", "reco
                 "analyze.json", "calibrate.json", "sampler.json")
 DRY_RECORDING = REPO / "fixtures" / "recordings" / "synthetic_h100_a100.jsonl"
 DEFAULT_FAKE_TABLE = "nvml_h100x8_nvsmi_dump.json"
+NCU_WORKLOAD_S = 90.0  # both halves of bench/workloads/ncu_decode.py
+NCU_AGREEMENT_GOAL = 0.9  # issue 28: gpuscope's class agrees with ncu's on 90 % of the GPU time compared
+NCU_ROWS_KEPT = 200  # per-kernel rows kept in summary.json (a decode has a few dozen kernel names)
+NCU_DRY_CSV = REPO / "fixtures" / "ncu" / "sol_raw.csv"
 
 
 @dataclass(frozen=True)
@@ -123,6 +132,8 @@ def _steps() -> list[Step]:
         Step("readme_run", "the README's main command on the GPU, then analyze --json", 100, needs_torch=True),
         Step("calibrate", "calibrate --quick --json", 60, needs_torch=True),
         Step("sampler_cost", "decode tokens/s with sampling off, 10 Hz, 100 Hz, alternated", 170, needs_torch=True),
+        Step("ncu", "a short decode under torch.profiler and under ncu --section SpeedOfLight, kernel by kernel",
+             150, needs_torch=True),
     ]
 
 
@@ -472,6 +483,51 @@ class Acceptance:
         elif decode.get("stopped"):
             step.detail += f" (stopped at {decode['stopped']})"
 
+    def step_ncu(self, step: Step) -> None:
+        """bench/workloads/ncu_decode.py (its two halves within NCU_WORKLOAD_S), the trace ingested,
+        then bench/ncu_compare.py: gpuscope's class of each kernel beside ncu's SpeedOfLight verdict.
+        The dry run profiles the CPU (no kernels) and compares with the fixture CSV: plumbing only."""
+        folder = self.work / "ncu"
+        budget = max(10.0, min(NCU_WORKLOAD_S, step.limit_s - 40, self.remaining_s() - 45))
+        p = self.run(step, [self.py, "bench/workloads/ncu_decode.py", str(folder), "--budget-s", f"{budget:.0f}",
+                            *(["--device", "cpu"] if self.dry else [])], budget + 15)
+        lines = [ln for ln in p.stdout.splitlines() if ln.startswith("{")]
+        if p.returncode != 0 or not lines:
+            raise StepFailed(f"ncu_decode exited {p.returncode}: {_last_line(p.stdout + p.stderr)}")
+        work = json.loads(lines[-1])
+        step.numbers["workload"] = {k: work.get(k) for k in ("torch_s", "ncu_s", "ncu_cmd", "ncu_error", "ncu_skipped")
+                                    if work.get(k) is not None}
+        csv_path = NCU_DRY_CSV if self.dry else work.get("ncu_csv")
+        if not csv_path:
+            if work.get("ncu_skipped"):
+                step.status, step.detail = "skipped", f"no ncu run: {work['ncu_skipped']}"
+                return
+            raise StepFailed(f"ncu did not profile the decode: {work.get('ncu_error')}")
+        ing = self.gpuscope(step, "ingest", work["trace"], "--name", "ncu_decode", "-q", timeout_s=60)
+        if ing.returncode != 0:
+            raise StepFailed(f"gpuscope ingest exited {ing.returncode}: {_last_line(ing.stderr)}")
+        c = self.run(step, [self.py, "bench/ncu_compare.py", str(csv_path), "--db", self.env["GPUSCOPE_DB"],
+                            "--run", "ncu_decode", "--json"], 60)
+        if c.returncode != 0:
+            raise StepFailed(f"ncu_compare exited {c.returncode}: {_last_line(c.stderr)}")
+        doc = json.loads(c.stdout)
+        step.numbers.update({k: doc[k] for k in ("agree_share", "compared_share", "profiled_share", "kernel_time_us",
+                                                  "kernels", "kernels_compared", "disagreements", "ncu_launches",
+                                                  "ncu_kernels_unmatched", "thresholds")})
+        # every row comes back in summary.json: the disagreements are to be explained in bench/README.md
+        step.numbers["rows"] = doc["rows"][:NCU_ROWS_KEPT]
+        step.detail = _ncu_agreement_line(doc)
+        if self.dry:
+            step.status = "pass"
+            step.detail = "dry run: a CPU trace against fixtures/ncu/sol_raw.csv (plumbing only): " + step.detail
+        elif doc["kernels_compared"] == 0:
+            step.status = "fail"
+            step.detail += ": no kernel both profiled by ncu and judged by gpuscope"
+        else:
+            step.status = "pass" if doc["agree_share"] >= NCU_AGREEMENT_GOAL else "fail"
+            if step.status == "fail":
+                step.detail += f"; under the {100 * NCU_AGREEMENT_GOAL:.0f} % goal"
+
     # -- the whole ------------------------------------------------------------------------------
     def main(self) -> int:
         try:
@@ -741,6 +797,19 @@ def _read(f: Any) -> str:
 def _readline(stream: Any, timeout_s: float) -> str:
     ready, _, _ = select.select([stream], [], [], timeout_s)
     return stream.readline() if ready else ""
+
+
+def _ncu_agreement_line(doc: dict[str, Any]) -> str:
+    """bench/ncu_compare.py's agreement line (the bench folder is not a package: loaded by path)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("gpuscope_bench_ncu_compare", REPO / "bench" / "ncu_compare.py")
+    assert spec is not None and spec.loader is not None
+    mod = sys.modules.get(spec.name) or importlib.util.module_from_spec(spec)
+    if spec.name not in sys.modules:
+        sys.modules[spec.name] = mod  # its dataclasses look their module up there
+        spec.loader.exec_module(mod)
+    return str(mod.agreement_line(doc))
 
 
 def _last_line(text: str | None) -> str:

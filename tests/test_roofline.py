@@ -2,6 +2,7 @@
 picture of `analyze` (synthetic traces with known answers, and the shared real traces)."""
 from __future__ import annotations
 
+import json
 import math
 from pathlib import Path
 
@@ -275,3 +276,30 @@ def test_compare_h100_vs_mi300x_qwen(db: Path) -> None:
     text = run_cli("compare", "h100", "mi300x")
     assert text.code == 0 and "Matched ops" in text.out
     assert run_cli("compare", "h100", "nosuchrun").code == 2
+
+
+def test_each_graph_replay_is_one_call_of_the_capturing_op(tmp_path: Path, db: Path) -> None:
+    """Replays of one captured graph share the capturing ops' rows; each replay (one graph launch,
+    one correlation id) is one call. Two replays of the same duration must be judged exactly as
+    one: the same percent of roof and twice the time at the roof (counting them as one call with
+    twice its time would halve the percent)."""
+    cap, rep = _graph_traces(tmp_path)
+    assert run_cli("ingest", cap, rep, "--name", "one").code == 0
+    two_events = json.loads(Path(rep).read_text())["traceEvents"] + [
+        {"ph": "X", "cat": "cuda_runtime", "name": "cudaGraphLaunch", "pid": 100, "tid": 100, "ts": 2000, "dur": 10,
+         "args": {"correlation": 60}},
+        kernel("sm90_xmma_gemm_bf16", 2020, 30, corr=60),
+        kernel("vectorized_elementwise_kernel_add", 2060, 3, corr=60),
+    ]
+    props = json.loads(Path(rep).read_text())["deviceProperties"]
+    rep2 = write_trace(tmp_path / "replay2.json", two_events, deviceProperties=props)
+    assert run_cli("ingest", cap, rep2, "--name", "two").code == 0
+    one = {o["name"]: o for o in run_cli("analyze", "one", "--json").json()["ops"]}
+    two = {o["name"]: o for o in run_cli("analyze", "two", "--json").json()["ops"]}
+    for name in ("aten::mm", "aten::add"):
+        assert (one[name]["count"], two[name]["count"]) == (1, 2)
+        assert two[name]["pct_of_roof"] == pytest.approx(one[name]["pct_of_roof"], rel=1e-9)
+        assert two[name]["roof_us"] == pytest.approx(2 * one[name]["roof_us"], rel=1e-9)
+    # by hand: the mm moves (64·4096 + 4096·4096 + 64·4096) bf16 elements and does 2·64·4096² FLOPs
+    assert one["aten::mm"]["bytes"] == (64 * 4096 * 2 + 4096 * 4096) * 2
+    assert one["aten::mm"]["flops"] == 2 * 64 * 4096 * 4096

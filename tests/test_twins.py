@@ -196,3 +196,20 @@ def test_twins_lift_the_shared_qwen_h100_coverage(tmp_path: Path, db: Path) -> N
     assert by_reason.get("twin_ambiguous", 0) < 0.15 * cov["total_us"]
     over = [e["name"] for e in doc["kernels"] + doc["ops"] if (e.get("pct_of_roof") or 0) > 1.0 + 1e-9]
     assert over == []
+
+
+def test_a_calls_compute_kernels_carry_all_of_its_cost(tmp_path: Path, db: Path) -> None:
+    """A memset the call also ran (cuBLAS's workspace memset beside a GEMM) is judged on its own,
+    against device memory; the call's compute kernel carries the whole cost of the call, so the
+    kernel table sums back to the op's cost (and its twins agree whatever the memset took)."""
+    ev: list[dict[str, Any]] = []
+    for ext, ts, memset_us in ((1, 1000, 10.0), (2, 2000, 2.0)):
+        _add(ev, ext, ts, TWIN_US, [N])
+        ev.append(runtime("cudaMemsetAsync", ts + 3, 2, ext + 1000, ext))
+        ev.append(kernel("Memset (Device)", ts + 20 + TWIN_US, memset_us, ext + 1000, cat="gpu_memset"))
+    _orphan(ev, 0, ORPHAN_US)
+    doc = _analyze(tmp_path, ev)
+    (k,) = [k for k in doc["kernels"] if k["name"] == ADD]
+    assert k["bytes"] == pytest.approx(3 * 6 * N)  # two calls' worth, and the orphan's borrowed one
+    (op,) = [o for o in doc["ops"] if o["name"] == "aten::add"]
+    assert op["bytes"] * op["count"] == pytest.approx(2 * 6 * N)

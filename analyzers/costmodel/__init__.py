@@ -49,6 +49,12 @@ module            what it holds
                   ``NEEDS_CONTEXT_OPS``), AITER batch prefill
 ``triton``        Inductor's generated Triton kernels (``triton_poi_fused_add_0``...), matched
                   by name pattern (``_register_pattern``): estimates from the launch arguments
+``moe``           fused MoE: vLLM ``moe_forward`` from the ``--model`` config, fused-expert ops
+                  that record their weights (estimates: uniform routing)
+``quantized``     weight-only and low-precision GEMMs (Marlin, AWQ, GPTQ, machete, fp8, fp4)
+``foreach``       ``_foreach_*`` over TensorLists (element size from the launched kernel)
+``steps``         fused engine attention (vLLM ``unified_attention``) from the engine step's
+                  query/KV sums (``call.iteration``) or ``--context``: ``STEP_OPS``
 ``__init__``      the entry point: ``covered_op_names``, :func:`op_cost`
 ================  ==============================================================================
 
