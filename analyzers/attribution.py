@@ -90,8 +90,11 @@ def _spec_caches(spec: Any) -> tuple[tuple[str, float, float | None], ...]:
 
 def _spec_roof(spec: Any) -> Roof:
     host_bw = spec.host_copy_bytes_per_s()
+    from .comm import peer_link_of
+
     return Roof(spec.key, "spec", dict(spec.peak_flops_per_s), float(spec.mem_bw_bytes_per_s), None,
-                float(host_bw) if host_bw else None, spec.host_link_label(), _spec_caches(spec))
+                float(host_bw) if host_bw else None, spec.host_link_label(), _spec_caches(spec),
+                peer=peer_link_of(spec))
 
 
 def device_roofs(con: duckdb.DuckDBPyConnection, run_id: int, roof: str = "spec", gpu: str | None = None,
@@ -166,7 +169,7 @@ def _measured(con: duckdb.DuckDBPyConnection, spec: Any, spec_roof: Roof) -> tup
     if l2_bw and bw and l2_bw > bw and any(name == "L2" for name, _, _ in caches):
         caches = tuple((name, size, l2_bw if name == "L2" else cbw) for name, size, cbw in caches)
     return Roof(spec.key, "measured", peaks, bw, f"calibration {m.calibration_id}", host_bw,
-                spec_roof.host_link, caches), (
+                spec_roof.host_link, caches, peer=spec_roof.peer), (
         f"measured roof: calibration {m.calibration_id} on {m.host}; dtypes not measured use the spec peak"
         + ("; L2 bandwidth measured" if caches is not spec_roof.caches else "")
     )
@@ -203,7 +206,7 @@ def tensorlist_element_bytes(con: duckdb.DuckDBPyConnection, run_id: int, kept: 
         """,
         [run_id, run_id],
     ).fetchall()
-    seen: dict[tuple[Any, ...], set[int | None]] = {}
+    seen: dict[tuple[Any, ...], set[int]] = {}
     for *sig, kname in rows:
         size = kernel_element_bytes(kname)
         if size is not None:
@@ -346,11 +349,14 @@ def twin_costs(con: duckdb.DuckDBPyConnection, run_id: int, orphan_keys: Sequenc
             # Twins that did different work (the same GEMM kernel and grid for two shapes): the
             # least of them bounds the orphan's work from below; the attribution judges it only
             # where every twin's cost gives the same class.
-            least = replace(rep[0], flops=min(flops), flops_executed=min(flops), bytes=min(nbytes),
-                            model=f"{rep[0].model} (least of {len(cands)} differing twins)")
+            known_flops = [f for f in flops if f is not None]  # none is None here: the branch above
+            known_bytes = [b for b in nbytes if b is not None]
+            least = replace(rep[0], flops=min(known_flops), flops_executed=min(known_flops),
+                            bytes=min(known_bytes), model=f"{rep[0].model} (least of {len(cands)} differing twins)")
+            # `or 0.0`: never taken, every twin's work is known in this branch (for the checker)
             each = tuple(replace(c[0], flops=f, flops_executed=f, bytes=b)
-                         for c in cands for f, b in ((_work_flops(c[0]) * c[2], c[0].bytes * c[2]),
-                                                      (_work_flops(c[0]) * c[3], c[0].bytes * c[3])))
+                         for c in cands for f, b in (((_work_flops(c[0]) or 0.0) * c[2], c[0].bytes * c[2]),
+                                                      ((_work_flops(c[0]) or 0.0) * c[3], c[0].bytes * c[3])))
             out[key] = Twin(least, 1.0, launches, op_names, name_only, lower_bound=True, candidates=each)
     return out
 
@@ -366,6 +372,7 @@ def attribute(con: duckdb.DuckDBPyConnection, run_id: int, roofs: dict[int, Devi
     ``copies`` (per memcpy / memset name) their verdict against the link they cross.
     """
     from ..kernel_names import category_sql, copy_link
+    from .comm import communication
     from .scope import counted_kernels
     from .costmodel import op_cost
 
@@ -391,7 +398,9 @@ def attribute(con: duckdb.DuckDBPyConnection, run_id: int, roofs: dict[int, Devi
     call_rows = con.execute(
         f"""
         WITH calls AS (
-            SELECT op_id, mode(device_id) AS device_id, sum(dur_ns) AS gpu_ns,
+            -- a call's activities run on one device; one that spans several is placed on the lowest
+            -- (mode() broke the tie arbitrarily: the op moved between devices' roofs run to run)
+            SELECT op_id, min(device_id) AS device_id, sum(dur_ns) AS gpu_ns,
                    sum(dur_ns) FILTER (WHERE list_contains($2, name)) AS host_ns,
                    count(*) FILTER (WHERE list_contains($2, name)) AS host_n,
                    count(*) FILTER (WHERE list_contains($2, name) AND bytes IS NULL) AS host_unknown,
@@ -424,8 +433,9 @@ def attribute(con: duckdb.DuckDBPyConnection, run_id: int, roofs: dict[int, Devi
         if key not in cost_cache:
             try:
                 key5 = tuple(sig[:5])
-                cost = op_cost(*sig[:4], input_strides=sig[4], model=model, context_tokens=context_tokens,
-                               iteration=steps.get(key5), element_bytes=element_bytes.get(key5))
+                cost = op_cost(sig[0], sig[1], sig[2], sig[3], input_strides=sig[4], model=model,
+                               context_tokens=context_tokens, iteration=steps.get(key5),
+                               element_bytes=element_bytes.get(key5))
                 if cost is not None:
                     dtype = roof_dtype_for_math(cost.dtype, cost.kind, math)
                     if dtype != cost.dtype:
@@ -514,7 +524,7 @@ def attribute(con: duckdb.DuckDBPyConnection, run_id: int, roofs: dict[int, Devi
             v = call_verdict(twin.cost, int(dev))
             if v is not None and twin.lower_bound:
                 # the class all twins agree on; the least work's roof time bounds the time at the roof
-                v = replace(v, bound=next(iter(classes)))
+                v = replace(v, bound=str(next(iter(classes))))  # a str: None was ruled out above
             if v is not None:  # the twin's cost, judged on this kernel's own device
                 cost, shares = twin.cost, twin.share * int(n)
             else:
@@ -660,14 +670,16 @@ def attribute(con: duckdb.DuckDBPyConnection, run_id: int, roofs: dict[int, Devi
         ops_out[sig] = entry
     tally = CoverageTally()
     _tally_compute(tally, cov_groups, kernels_out, ops_out, roofs)
-    for name, us in con.execute(
-        f"SELECT name, sum(dur_ns) / 1e3 FROM kernels WHERE run_id = $1 AND {category} = 'communication'{kept} "
-        "GROUP BY name ORDER BY name", [run_id]
-    ).fetchall():
-        tally.unjudged_time(name, "communication", "communication", float(us))
+    # collectives judged against their link (analyzers/comm.py); the rest stay unjudged
+    comm = communication(con, run_id, {d: r.roof.peer for d, r in roofs.items()}, kept,
+                         getattr(model, "tensor_parallel", None))
+    tally.judged(comm["judged_us"])
+    for (name, why), us in sorted(comm["unjudged"].items()):
+        tally.unjudged_time(name, "communication", why, us)
     copies = _copy_verdicts(con, run_id, roofs, kept, category, tally)
     return {"roofline_us": roofline_us, "kernels": kernels_out, "ops": ops_out, "copies": copies,
-            "model_errors": model_error_note(ops_out, kernels_out, copies), "coverage": tally}
+            "model_errors": model_error_note(ops_out, kernels_out, copies), "coverage": tally,
+            "communication": comm}
 
 
 def _take_settled_class(entry: dict[str, Any], settled: dict[str, Any],
@@ -804,6 +816,8 @@ def _copy_verdicts(con: duckdb.DuckDBPyConnection, run_id: int, roofs: dict[int,
     ).fetchall()
     fill = re.compile(MEMSET_KERNEL_RE, re.I)
     out: dict[str, dict[str, Any]] = {}
+    direction: str | None
+    link: str | None
     for name, kind, dev, nbytes, n, t in rows:
         if kind == "memset" or (kind == "kernel" and fill.search(name or "")):
             direction, link = "fill", "device_memory"

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+from ..errors import RunNotFoundError
 from ..kernel_names import category_sql
 from .advice import advise
 from .attribution import attribute, device_roofs
@@ -265,14 +266,17 @@ def analyze_run(con: duckdb.DuckDBPyConnection, run_id: int, top: int | None = N
     document gains a ``model`` block (its ``source``, as ``model_source`` says, and the ops it
     filled in). Without ``model``, the model stored with the run (``ingest/run --model``) is used
     unless ``use_stored_model`` is false: every face (analyze, compare, report, export, the TUI)
-    judges a run the same way.
+    judges a run the same way. A ``run_id`` the store does not hold is a
+    :class:`~gpuscope.errors.RunNotFoundError`.
     """
     run = con.execute(
         "SELECT id, name, status, source, started_ns, ended_ns, info FROM runs WHERE id = ?", [run_id]
     ).fetchone()
     if run is None:
-        raise KeyError(run_id)
-    info = json_or_none(run[6]) or {}
+        raise RunNotFoundError(run_id)
+    from ..store.run_info import RunInfo
+
+    info = RunInfo.from_json(run[6])  # the typed runs.info: an old store's odd document reads as empty parts
     roofs = device_roofs(con, run_id, roof=roof, gpu=gpu, specs_path=specs_path)
     excluded = graph_capture_exclusions(con, run_id)
     skip = [e["trace_id"] for e in excluded]
@@ -301,7 +305,8 @@ def analyze_run(con: duckdb.DuckDBPyConnection, run_id: int, top: int | None = N
         f"(SELECT count(*) FROM kernels WHERE run_id = $1 AND attribution IN ('graph_capture', 'graph_replay'){kept})",
         [run_id],
     ).fetchone()
-    ingest = info.get("ingest", {}) if isinstance(info, dict) else {}
+    assert counts is not None  # a SELECT without FROM gives one row
+    ingest = info.ingest or {}
     devices = device_list(con, run_id)
     for d in devices:
         r = roofs.get(d["device_id"])
@@ -336,11 +341,15 @@ def analyze_run(con: duckdb.DuckDBPyConnection, run_id: int, top: int | None = N
         "kernels": kernels,
         "skipped": ingest.get("skipped", {}),
         "excluded_traces": excluded,
-        "notes": info.get("notes", []) if isinstance(info, dict) else [],
+        "notes": list(info.notes or []),
     }
     doc["notes"] = doc["notes"] + _missing_concrete_inputs_notes(con, run_id)
     if att and att.get("model_errors"):
         doc["notes"].append(att["model_errors"])
+    if att and att.get("communication", {}).get("entries"):  # the run's collectives against their link
+        from .comm import communication_block
+        doc["communication"] = communication_block(att["communication"])
+        doc["notes"].extend(doc["communication"]["notes"])
     if model is not None or context_tokens is not None:
         doc["model"] = model_block(ops, model, model_source, context_tokens)
     doc["advice"] = advise(doc)

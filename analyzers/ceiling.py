@@ -529,6 +529,7 @@ def decode_ceiling(spec: GpuSpec, query: DecodeQuery, db: SpecDB | None = None) 
                               "(the weights once + the KV cache of every sequence)"))
 
     # memory bound
+    assert spec.mem_bw_bytes_per_s is not None  # _check refused an entry without it
     spec_bw = float(spec.mem_bw_bytes_per_s) * num_gpus
     bw = spec_bw * d.bandwidth_fraction
     mem_tps = bw / bytes_per_step

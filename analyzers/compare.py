@@ -86,7 +86,7 @@ def compare_docs(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
     for o in b["ops"]:
         by_name[o["name"]]["b_us"] += o["kernel_us"]
         by_name[o["name"]]["b_count"] += o["count"]
-    names = [{"name": n, **v, "ratio": _ratio(v["b_us"], v["a_us"]), "delta_us": v["b_us"] - v["a_us"]}
+    names: list[dict[str, Any]] = [{"name": n, **v, "ratio": _ratio(v["b_us"], v["a_us"]), "delta_us": v["b_us"] - v["a_us"]}
              for n, v in by_name.items()]
     names.sort(key=lambda r: -abs(r["delta_us"]))
 
@@ -94,7 +94,7 @@ def compare_docs(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
     for side, doc in (("a_us", a), ("b_us", b)):
         for k in doc["kernels"]:
             fam[k.get("family") or k.get("category") or "other"][side] += k["total_us"]
-    families = [{"family": f, **v, "ratio": _ratio(v["b_us"], v["a_us"]), "delta_us": v["b_us"] - v["a_us"]}
+    families: list[dict[str, Any]] = [{"family": f, **v, "ratio": _ratio(v["b_us"], v["a_us"]), "delta_us": v["b_us"] - v["a_us"]}
                 for f, v in fam.items()]
     families.sort(key=lambda r: -abs(r["delta_us"]))
 

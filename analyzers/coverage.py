@@ -19,7 +19,12 @@ Pure functions; they never print. What counts, exactly (also in ``docs/roofline.
   the reason ``twin_ambiguous``.
 - A memcpy / memset is judged when :func:`gpuscope.analyzers.roofline.classify_copy` gave it a
   roof time (host link or device memory).
-- Communication kernels are not judged yet (no link roof).
+- A communication kernel is judged when :mod:`gpuscope.analyzers.comm` found its collective,
+  message size and group size in the trace and the spec database gives its GPU's scale-up link
+  (NVLink / Infinity Fabric, or PCIe peer-to-peer): it has a link roof time
+  (``communication_bound`` or ``latency_bound``). One shown faster than its link is
+  ``model_error``; the others are unjudged with the reason ``communication`` (the
+  ``communication`` block's entry says which part is missing).
 
 Each unjudged microsecond carries one reason from :data:`REASONS`.
 """
@@ -46,7 +51,9 @@ REASONS: dict[str, str] = {
     "no_roof_for_dtype": "no peak for its dtype on this GPU",
     "model_error": "cost model overshoots every roof",
     "needs_context": "KV context length not in the trace (no engine step labels): pass --context",
-    "communication": "communication: no link roof yet",
+    # a collective whose message size, group size or link roof is not known: the entry of the
+    # ``communication`` block says which
+    "communication": "communication: message size, group size or link roof not known",
     "copy_not_judged": "copy of unknown link or size",
 }
 

@@ -47,6 +47,7 @@ def _window_stats(con: duckdb.DuckDBPyConnection, run_id: int, device_id: int, s
         params += [start_ns, end_ns]
     sel = ", ".join(f"avg({c}), max({c})" for c in cols)
     row = con.execute(f"SELECT count(*), {sel} FROM samples WHERE {where}", params).fetchone()
+    assert row is not None  # an aggregate without GROUP BY gives one row
     out: dict[str, Any] = {"samples": int(row[0])}
     for i, c in enumerate(cols):
         mean, peak = row[1 + 2 * i], row[2 + 2 * i]
@@ -291,6 +292,7 @@ def _max_power_w(con: duckdb.DuckDBPyConnection, run_id: int, device_id: int, ha
         return None
     row = con.execute(f"SELECT {', '.join(f'max({c})' for c in cols)} FROM samples WHERE run_id = ? AND device_id = ?",
                       [run_id, device_id]).fetchone()
+    assert row is not None  # an aggregate without GROUP BY gives one row
     values = [float(v) for v in row if v is not None and v > 0]
     return max(values) if values else None
 

@@ -325,7 +325,7 @@ def marks_in_window(con: duckdb.DuckDBPyConnection, run_id: int, excluded_traces
     """The decode marks of ``run_id`` whose time falls inside the span (CPU and GPU events) of one
     of the run's traces with absolute times (``baseTimeNanoseconds``), capture-only traces
     (``excluded_traces``) left out; None when no decode mark with tokens falls inside one."""
-    from ..store.read import annotations
+    from ..store.read import annotation_rows
     from .energy import mark_phase
 
     skip = [int(t) for t in excluded_traces] or [-1]
@@ -345,7 +345,7 @@ def marks_in_window(con: duckdb.DuckDBPyConnection, run_id: int, excluded_traces
         return None
     tokens = steps = prefill = 0
     per_step: Counter[int] = Counter()
-    for a in annotations(con, run_id, ["mark"]):
+    for a in annotation_rows(con, run_id, ["mark"]):
         if not any(lo <= a.ts_ns <= hi for lo, hi in spans):
             continue
         value = a.value if isinstance(a.value, dict) else {}
@@ -355,8 +355,8 @@ def marks_in_window(con: duckdb.DuckDBPyConnection, run_id: int, excluded_traces
         if phase != "decode":
             continue
         try:
-            n = int(value.get("tokens"))
-        except (TypeError, ValueError):
+            n = int(value["tokens"])
+        except (KeyError, TypeError, ValueError):
             continue
         if n > 0:
             tokens += n

@@ -93,8 +93,9 @@ def parse_iteration(name: str) -> IterationShape | None:
         return None
     m = _VLLM.match(name)
     if m:
-        v = [_int(g) for g in m.groups()]
-        if None in v:
+        parsed = [_int(g) for g in m.groups()]
+        v = [x for x in parsed if x is not None]
+        if len(v) != len(parsed):
             return None
         s = IterationShape(c_sq=float(v[2]), c_sk=float(v[3]), c_sqsq=float(v[4]), c_sqsk=float(v[5]),
                            g_sq=float(v[7]), g_sk=float(v[8]), g_sqsq=float(v[9]), g_sqsk=float(v[10]),
@@ -102,8 +103,9 @@ def parse_iteration(name: str) -> IterationShape | None:
         return s if s.consistent() else None
     m = _VLLM_SQSQ.match(name)
     if m:
-        v = [_int(g) if g is not None else 0 for g in m.groups()]
-        if None in v or v[4]:
+        parsed = [_int(g) if g is not None else 0 for g in m.groups()]
+        v = [x for x in parsed if x is not None]
+        if len(v) != len(parsed) or v[4]:
             # decode tokens ran, and nothing says how long their KV spans were
             return None
         # A prefill-only step: with no prefix-cache hit each request's KV span is its new tokens
@@ -113,17 +115,19 @@ def parse_iteration(name: str) -> IterationShape | None:
         return s if s.consistent() else None
     m = _SGLANG.match(name)
     if m:
-        kv = {k: _int(x) for k, x in _KV.findall(m.group(2))}
-        if "c_sqsq" not in kv and "g_sqsq" not in kv or None in kv.values():
+        found = {k: _int(x) for k, x in _KV.findall(m.group(2))}
+        if "c_sqsq" not in found and "g_sqsq" not in found or None in found.values():
             return None
+        kv = {k: x for k, x in found.items() if x is not None}
         s = IterationShape(**{f: float(kv.get(f) or 0) for f in (
             "c_sq", "c_sk", "c_sqsq", "c_sqsk", "g_sq", "g_sk", "g_sqsq", "g_sqsk")}, source="sglang")
         return s if s.consistent() else None
     m = _ATOM.match(name)
     if m:
-        kv = {k: _int(x) for k, x in _KV.findall(m.group(2))}
-        if not {"tok", "sk", "sqsq", "sqsk"} <= kv.keys() or None in kv.values():
+        found = {k: _int(x) for k, x in _KV.findall(m.group(2))}
+        if not {"tok", "sk", "sqsq", "sqsk"} <= found.keys() or None in found.values():
             return None
+        kv = {k: x for k, x in found.items() if x is not None}
         if m.group(1) == "prefill":
             s = IterationShape(c_sq=float(kv["tok"]), c_sk=float(kv["sk"]), c_sqsq=float(kv["sqsq"]),
                                c_sqsk=float(kv["sqsk"]), source="atom")

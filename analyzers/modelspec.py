@@ -401,7 +401,7 @@ def model_line(block: Any) -> str | None:
     from, and the ops it filled in (None without a block)."""
     if not isinstance(block, dict):
         return None
-    spec = block.get("spec") if isinstance(block.get("spec"), dict) else {}
+    spec = block["spec"] if isinstance(block.get("spec"), dict) else {}
     name = spec.get("name") or spec.get("model_type") or "no model"
     source = block.get("source")
     head = f"model: {name}" + (f" ({source})" if source else "")

@@ -82,6 +82,9 @@ class Roof:
     #: The on-chip caches work can be served from, smallest first: (name, size in bytes,
     #: bandwidth in bytes/s or None when not published). L2, then AMD's Infinity Cache (MALL).
     caches: tuple[tuple[str, float, float | None], ...] = ()
+    #: The GPU-to-GPU link collectives are judged against (a
+    #: :class:`gpuscope.analyzers.comm.PeerLink`), None when the spec database does not give one.
+    peer: Any = None
 
     def cache_for(self, working_set_bytes: float) -> tuple[str, float, float | None] | None:
         """The smallest cache that holds ``working_set_bytes`` (None: none does)."""
@@ -178,7 +181,7 @@ def classify_cost(flops: float | None, nbytes: float | None, dtype: str | None, 
     t_s = time_us / 1e6 if time_us > 0 else None
     intensity = (flops / nbytes) if flops and nbytes else None
     ridge = roof.ridge(dtype)
-    common = dict(
+    common: dict[str, Any] = dict(
         roof_us=total_roof,
         intensity_flop_per_byte=intensity,
         ridge_flop_per_byte=ridge,
@@ -190,7 +193,7 @@ def classify_cost(flops: float | None, nbytes: float | None, dtype: str | None, 
     if per_call_roof < LATENCY_WORK_US:
         return Verdict("latency_bound", "model",
                        f"{per_call_roof:.2f} µs per call at the roof (< {LATENCY_WORK_US:g} µs)", **common)
-    if host_bytes and host_bytes / roof.host_bw_bytes_per_s * 1e6 >= per_call_roof:
+    if host_bytes and roof.host_bw_bytes_per_s and host_bytes / roof.host_bw_bytes_per_s * 1e6 >= per_call_roof:
         # bound by the host link: the rate over that link is what to compare with its roof
         common["achieved_bytes_per_s"] = host_bytes * calls / t_s if t_s else None
         return Verdict("memory_bound", "model",
@@ -246,7 +249,7 @@ def classify_copy(link: str | None, direction: str | None, payload_bytes: float 
     per_call_roof = traffic / bw * 1e6
     total_roof = per_call_roof * calls
     t_s = time_us / 1e6 if time_us > 0 else None
-    common = dict(
+    common: dict[str, Any] = dict(
         roof_us=total_roof,
         achieved_bytes_per_s=(payload_bytes * calls / t_s) if t_s else None,
         pct_of_roof=(total_roof / time_us) if time_us > 0 else None,

@@ -20,7 +20,6 @@ of each phase inside the process.
 from __future__ import annotations
 
 import json
-import os
 import sys
 import tempfile
 import time

@@ -301,7 +301,7 @@ class Pool:
         pending = list(range(len(jobs)))
         busy: dict[int, tuple[int, float]] = {}
         while pending or busy:
-            for s, (p, conn) in enumerate(self.slots):
+            for s, (_, conn) in enumerate(self.slots):
                 if s not in busy and pending:
                     j = pending.pop(0)
                     conn.send(jobs[j])

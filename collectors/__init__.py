@@ -103,7 +103,7 @@ def attach_specs(devices: Sequence[DeviceInfo]) -> None:
     :func:`gpuscope.device.match_spec`) where it knows the device; leaves them None when the
     database is missing or has no match."""
     try:
-        from gpuscope.specs import load_specs  # type: ignore[attr-defined]
+        from gpuscope.specs import load_specs
 
         db: Any = load_specs()
     except Exception:

@@ -84,12 +84,11 @@ class AmdCollector(Collector):
             except CollectorUnavailable as exc2:
                 reasons.append(exc2.reason)
                 raise CollectorUnavailable("amd", "; ".join(reasons)) from None
-            self._degrade(None, None, f"using the amd-smi CLI fallback ({reasons[0]}): ~1-2 readings/s, fewer metrics",
+            self.degrade(None, None, f"using the amd-smi CLI fallback ({reasons[0]}): ~1-2 readings/s, fewer metrics",
                           phase="probe")
         self.status = self.active.status
         # the inner collector reports the probe results; pass them through once
-        self._pending.extend(self.active.take_degradations())
-        self._reported |= self.active._reported
+        self.relay_degradations(self.active, remember=True)
         return devices
 
     def open(self) -> list[DeviceInfo]:
@@ -105,7 +104,7 @@ class AmdCollector(Collector):
         if self.active is None:
             return []
         rows = self.active.sample()
-        self._pending.extend(self.active.take_degradations())
+        self.relay_degradations(self.active)
         return rows
 
     def _close(self) -> None:

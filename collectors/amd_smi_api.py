@@ -14,6 +14,7 @@ MI300) appear as one device each, kind ``partition``. Every value is checked by 
 from __future__ import annotations
 
 import contextlib
+import enum
 import glob
 import io
 import os
@@ -25,26 +26,26 @@ from types import ModuleType
 from typing import Any
 
 from .amd_values import (
-    _KIB,
-    _NO_RESERVED,
-    _NO_XID,
+    KIB,
     MAX_BYTES,
-    _absent,
-    _bytes,
-    _bytes_per_s,
-    _count,
-    _energy_j,
-    _mhz,
-    _num,
-    _nums,
-    _pci_bus_id,
-    _pci_device_id,
-    _power_cap_w,
-    _shown,
-    _str,
-    _try,
-    _watts,
+    NO_RESERVED_REASON,
+    NO_XID_REASON,
+    as_bytes,
+    as_bytes_per_s,
+    as_count,
+    as_energy_j,
+    as_mhz,
+    as_number,
+    as_numbers,
+    as_pci_bus_id,
+    as_pci_device_id,
+    as_power_cap_w,
+    as_str,
+    as_watts,
     gfx_to_capability,
+    is_absent,
+    shown,
+    try_or_none,
 )
 from .base import (
     GPU_METRIC_NAMES,
@@ -63,17 +64,33 @@ from .base import (
 DEFAULT_ROCM_GLOBS: tuple[str, ...] = ("/opt/rocm*/share/amd_smi",)
 INSTALL_HINT = "pip install 'gpuscope[amd]' (needs ROCm's libamd_smi.so)"
 
-# amdsmi status codes (AmdSmiLibraryException.err_code)
-_NOT_SUPPORTED = 2
-_NO_PERM = 10
-_INIT_ERROR = 18
-_NOT_FOUND = 31
-_NOT_INIT = 32
-_DRIVER_NOT_LOADED = 34
-_FILE_NOT_FOUND = 52
+class AmdSmiStatus(enum.IntEnum):
+    """The amdsmi status codes gpuscope names (``amdsmi_status_t``; an
+    ``AmdSmiLibraryException``'s ``err_code``, made positive). The one place these numbers are
+    written: the reasons and the lost and permanent sets name them from here."""
+
+    NOT_SUPPORTED = 2
+    NO_PERM = 10
+    INIT_ERROR = 18
+    NOT_FOUND = 31
+    NOT_INIT = 32
+    DRIVER_NOT_LOADED = 34
+    FILE_NOT_FOUND = 52
+
+
 #: codes after which the device is taken as gone (its sysfs node vanished) (unverified on hardware)
-_LOST_CODES = frozenset({_FILE_NOT_FOUND})
-_PERMANENT_CODES = frozenset({_NOT_SUPPORTED, _NO_PERM})
+LOST_CODES = frozenset({AmdSmiStatus.FILE_NOT_FOUND})
+#: codes that mean "this device will never give this value": drop the read
+PERMANENT_CODES = frozenset({AmdSmiStatus.NOT_SUPPORTED, AmdSmiStatus.NO_PERM})
+#: User-facing reasons for the amdsmi status codes a user meets.
+REASONS: dict[int, str] = {
+    AmdSmiStatus.NOT_SUPPORTED: "not supported by this GPU",
+    AmdSmiStatus.NO_PERM: "no permission (run as root or join the render/video group)",
+    AmdSmiStatus.DRIVER_NOT_LOADED: "amdgpu driver not loaded",
+    AmdSmiStatus.INIT_ERROR: "amdsmi could not initialise (amdgpu driver not loaded?)",
+    AmdSmiStatus.NOT_INIT: "amdsmi could not initialise (amdgpu driver not loaded?)",
+    AmdSmiStatus.FILE_NOT_FOUND: "device files gone (GPU lost?)",
+}
 
 _ENERGY_RESOLUTION_UJ = 15.259  # 2**-16 J, the usual energy_accumulator tick
 
@@ -104,7 +121,7 @@ SLOW_READ_INTERVAL_S = 1.0
 
 def _garbage(what: str, raw: Any) -> str:
     """The reason for a metric that is None because amdsmi gave ``raw``, which is no reading."""
-    return f"amdsmi gave {what} = {_shown(raw)}, not a plausible reading: the value is None"
+    return f"amdsmi gave {what} = {shown(raw)}, not a plausible reading: the value is None"
 
 
 # ------------------------------------------------------------------------------------------
@@ -133,7 +150,7 @@ def _quiet_import() -> ModuleType:
     # The PyPI wheel prints "Unable to find libamd_smi.so ..." to stdout before raising, which
     # would corrupt `--json` output: swallow it.
     with contextlib.redirect_stdout(io.StringIO()):
-        import amdsmi  # type: ignore[import-not-found]
+        import amdsmi
     return amdsmi
 
 
@@ -171,30 +188,27 @@ def import_amdsmi(rocm_globs: Sequence[str] = DEFAULT_ROCM_GLOBS) -> tuple[Modul
 
 def amdsmi_error_reason(exc: BaseException) -> str:
     """A user-facing reason for an amdsmi exception."""
+    code = error_code(exc)
+    if code in REASONS:
+        return REASONS[code]
+    info = getattr(exc, "err_info", None)
+    if info:
+        return f"amdsmi error {code if code is not None else _raw_code(exc)}: {info}"
+    return f"{type(exc).__name__}: {exc}".strip()
+
+
+def _raw_code(exc: BaseException) -> Any:
     code = getattr(exc, "err_code", None)
     if code is None and hasattr(exc, "get_error_code"):
         with contextlib.suppress(Exception):
             code = exc.get_error_code()
-    if isinstance(code, int):
-        code = abs(code)
-    if code == _NOT_SUPPORTED:
-        return "not supported by this GPU"
-    if code == _NO_PERM:
-        return "no permission (run as root or join the render/video group)"
-    if code == _DRIVER_NOT_LOADED:
-        return "amdgpu driver not loaded"
-    if code in (_INIT_ERROR, _NOT_INIT):
-        return "amdsmi could not initialise (amdgpu driver not loaded?)"
-    if code == _FILE_NOT_FOUND:
-        return "device files gone (GPU lost?)"
-    info = getattr(exc, "err_info", None)
-    if info:
-        return f"amdsmi error {code}: {info}"
-    return f"{type(exc).__name__}: {exc}".strip()
+    return code
 
 
-def _code(exc: BaseException) -> int | None:
-    code = getattr(exc, "err_code", None)
+def error_code(exc: BaseException) -> int | None:
+    """The amdsmi status an exception carries (``err_code``, else ``get_error_code()``), made
+    positive; None for any other exception."""
+    code = _raw_code(exc)
     return abs(code) if isinstance(code, int) else None
 
 
@@ -246,6 +260,7 @@ class AmdSmiCollector(Collector):
         self._initialised = False
 
     def _open(self) -> list[DeviceInfo]:
+        backend: str | None
         if self._mod_override is not None:
             api, backend = self._mod_override, "amdsmi"
         else:
@@ -279,32 +294,32 @@ class AmdSmiCollector(Collector):
         api = self.api
         info = DeviceInfo(key=f"gpu{i}", vendor="amd", index=i, warp_size=64)
         bad: dict[str, str] = {}
-        asic = _try(lambda: api.amdsmi_get_gpu_asic_info(h))
+        asic = try_or_none(lambda: api.amdsmi_get_gpu_asic_info(h))
         asic = asic if isinstance(asic, dict) else {}  # "N/A" or garbage: no facts, not a crash
-        info.name = _str(asic.get("market_name"))
-        info.pci_device_id = _pci_device_id(asic.get("device_id"))
-        cus = _count(asic.get("num_compute_units"))
+        info.name = as_str(asic.get("market_name"))
+        info.pci_device_id = as_pci_device_id(asic.get("device_id"))
+        cus = as_count(asic.get("num_compute_units"))
         info.num_sms = cus if cus and cus < 0xFFFF else None
-        target = _str(asic.get("target_graphics_version"))
+        target = as_str(asic.get("target_graphics_version"))
         info.compute_capability = gfx_to_capability(target)
-        info.pci_bus_id = _pci_bus_id(_try(lambda: api.amdsmi_get_gpu_device_bdf(h)))
-        info.uuid = _str(_try(lambda: api.amdsmi_get_gpu_device_uuid(h)))
+        info.pci_bus_id = as_pci_bus_id(try_or_none(lambda: api.amdsmi_get_gpu_device_bdf(h)))
+        info.uuid = as_str(try_or_none(lambda: api.amdsmi_get_gpu_device_uuid(h)))
         vram_type = getattr(getattr(api, "AmdSmiMemoryType", None), "VRAM", 0)
-        total = _try(lambda: api.amdsmi_get_gpu_memory_total(h, vram_type))
-        info.memory_total_bytes = _bytes(total) or None
-        if info.memory_total_bytes is None and not _absent(total):
+        total = try_or_none(lambda: api.amdsmi_get_gpu_memory_total(h, vram_type))
+        info.memory_total_bytes = as_bytes(total) or None
+        if info.memory_total_bytes is None and not is_absent(total):
             bad["mem_total_bytes"] = _garbage("the VRAM size", total)
-        cpart = _str(_try(lambda: api.amdsmi_get_gpu_compute_partition(h)))
-        mpart = _str(_try(lambda: api.amdsmi_get_gpu_memory_partition(h)))
-        serial = _str(asic.get("asic_serial")) or f"#{i}"
+        cpart = as_str(try_or_none(lambda: api.amdsmi_get_gpu_compute_partition(h)))
+        mpart = as_str(try_or_none(lambda: api.amdsmi_get_gpu_memory_partition(h)))
+        serial = as_str(asic.get("asic_serial")) or f"#{i}"
         phys = serial_to_phys.setdefault(serial, len(serial_to_phys))
         if cpart and cpart.upper() not in ("SPX", "N/A"):
             info.kind = "partition"
         info.properties.update({"gfx_target": target, "compute_partition": cpart, "memory_partition": mpart,
                                 "physical_gpu": phys, "backend": self.backend})
         g = _AmdGpu(info=info, handle=h, bad=bad)
-        energy = _try(lambda: api.amdsmi_get_energy_count(h))
-        res = _num(energy.get("counter_resolution")) if isinstance(energy, dict) else None
+        energy = try_or_none(lambda: api.amdsmi_get_energy_count(h))
+        res = as_number(energy.get("counter_resolution")) if isinstance(energy, dict) else None
         if res and 0 < res < 1e6:
             g.energy_res_uj = res
         self._probe(g)
@@ -368,9 +383,9 @@ class AmdSmiCollector(Collector):
         unsupported.setdefault("pcie_tx_bytes_per_s", "amdsmi gives PCIe bandwidth only for both directions (pcie_bytes_per_s)")
         unsupported.setdefault("pcie_rx_bytes_per_s", unsupported["pcie_tx_bytes_per_s"])
         unsupported.setdefault("fan_speed", "no fan speed ratio in amdsmi gpu_metrics (RPM only)")
-        unsupported.setdefault("mem_reserved_bytes", _NO_RESERVED)
-        unsupported.setdefault("xid_errors", _NO_XID)
-        unsupported.setdefault("last_xid", _NO_XID)
+        unsupported.setdefault("mem_reserved_bytes", NO_RESERVED_REASON)
+        unsupported.setdefault("xid_errors", NO_XID_REASON)
+        unsupported.setdefault("last_xid", NO_XID_REASON)
         for m, reason in bad.items():  # garbage at open says so, rather than "not supported"
             if m not in supported and m not in unsupported:
                 unsupported[m] = reason
@@ -384,57 +399,57 @@ class AmdSmiCollector(Collector):
         """One gpu_metrics reading as metric values, each checked by range. ``bad`` collects, for
         each metric that is None although amdsmi gave a value for it, why (the value was garbage)."""
         if not isinstance(gm, dict):
-            raise ValueError(f"amdsmi_get_gpu_metrics_info gave {_shown(gm)}, not a table of metrics")
+            raise ValueError(f"amdsmi_get_gpu_metrics_info gave {shown(gm)}, not a table of metrics")
         v: dict[str, Any] = {}
-        v["gpu_util"] = percent_to_ratio(_num(gm.get("average_gfx_activity")))
-        v["mem_util"] = percent_to_ratio(_num(gm.get("average_umc_activity")))
-        avg, cur = _watts(gm.get("average_socket_power")), _watts(gm.get("current_socket_power"))
+        v["gpu_util"] = percent_to_ratio(as_number(gm.get("average_gfx_activity")))
+        v["mem_util"] = percent_to_ratio(as_number(gm.get("average_umc_activity")))
+        avg, cur = as_watts(gm.get("average_socket_power")), as_watts(gm.get("current_socket_power"))
         v["power_w"] = avg if avg is not None else cur
         v["power_instant_w"] = cur
-        acc = _num(gm.get("energy_accumulator"))
-        v["energy_j"] = _energy_j(acc * g.energy_res_uj * 1e-6) if acc is not None else None
-        hot = plausible_celsius(_num(gm.get("temperature_hotspot")))
-        v["temp_c"] = hot if hot is not None else plausible_celsius(_num(gm.get("temperature_edge")))
-        mem_t = plausible_celsius(_num(gm.get("temperature_mem")))
+        acc = as_number(gm.get("energy_accumulator"))
+        v["energy_j"] = as_energy_j(acc * g.energy_res_uj * 1e-6) if acc is not None else None
+        hot = plausible_celsius(as_number(gm.get("temperature_hotspot")))
+        v["temp_c"] = hot if hot is not None else plausible_celsius(as_number(gm.get("temperature_edge")))
+        mem_t = plausible_celsius(as_number(gm.get("temperature_mem")))
         if mem_t is None:
-            hbm = [t for t in (plausible_celsius(x) for x in _nums(gm.get("temperature_hbm"))) if t is not None]
+            hbm = [t for t in (plausible_celsius(x) for x in as_numbers(gm.get("temperature_hbm"))) if t is not None]
             mem_t = max(hbm) if hbm else None
         v["mem_temp_c"] = mem_t
-        gfx = _mhz(gm.get("current_gfxclk"))
+        gfx = as_mhz(gm.get("current_gfxclk"))
         if gfx is None:
-            clks = [c for c in (_mhz(x) for x in _nums(gm.get("current_gfxclks"))) if c is not None]
-            gfx = sum(clks) / len(clks) if clks else _mhz(gm.get("average_gfxclk_frequency"))
+            clks = [c for c in (as_mhz(x) for x in as_numbers(gm.get("current_gfxclks"))) if c is not None]
+            gfx = sum(clks) / len(clks) if clks else as_mhz(gm.get("average_gfxclk_frequency"))
         v["sm_clock_mhz"] = gfx
-        uclk = _mhz(gm.get("current_uclk"))
-        v["mem_clock_mhz"] = uclk if uclk is not None else _mhz(gm.get("average_uclk_frequency"))
+        uclk = as_mhz(gm.get("current_uclk"))
+        v["mem_clock_mhz"] = uclk if uclk is not None else as_mhz(gm.get("average_uclk_frequency"))
         thr = gm.get("indep_throttle_status")
-        if _count(thr) is None:
+        if as_count(thr) is None:
             thr = gm.get("throttle_status")
         if isinstance(thr, bool):  # a throttled yes/no flag is a one-bit mask
             thr = int(thr)
-        v["throttle_reasons"] = _count(thr)
-        bw = _num(gm.get("pcie_bandwidth_inst"))  # GB/s
-        v["pcie_bytes_per_s"] = _bytes_per_s(bw * 1e9) if bw is not None else None
+        v["throttle_reasons"] = as_count(thr)
+        bw = as_number(gm.get("pcie_bandwidth_inst"))  # GB/s
+        v["pcie_bytes_per_s"] = as_bytes_per_s(bw * 1e9) if bw is not None else None
         ts = self._fw_time(g, gm, read_ns)
         for name, key in (("xgmi_nvlink_tx_bytes_per_s", "xgmi_write_data_acc"),
                           ("xgmi_nvlink_rx_bytes_per_s", "xgmi_read_data_acc")):
-            acc_kb = _nums(gm.get(key))
+            acc_kb = as_numbers(gm.get(key))
             if not acc_kb or min(acc_kb) < 0:  # a negative byte counter is garbage: no rate from it
                 g.xgmi.pop(name, None)
                 v[name] = None
                 continue
-            total = sum(acc_kb) * _KIB
+            total = sum(acc_kb) * KIB
             prev = g.xgmi.get(name)
             g.xgmi[name] = (total, ts)
             rate = None
             if prev is not None and ts > prev[1] and total >= prev[0]:
-                rate = _bytes_per_s((total - prev[0]) / ((ts - prev[1]) / 1e9))
+                rate = as_bytes_per_s((total - prev[0]) / ((ts - prev[1]) / 1e9))
             # at probe time there is no previous reading: the counter exists, so it is supported
             v[name] = 0.0 if probe and rate is None else rate
         if bad is not None:
             for metric, fields in _METRIC_FIELDS.items():
                 if v[metric] is None:
-                    given = next((f for f in fields if not _absent(gm.get(f))), None)
+                    given = next((f for f in fields if not is_absent(gm.get(f))), None)
                     if given is not None:
                         bad[metric] = _garbage(given, gm.get(given))
         v["_ts"] = ts
@@ -443,7 +458,7 @@ class AmdSmiCollector(Collector):
     def _fw_time(self, g: _AmdGpu, gm: dict[str, Any], read_ns: int) -> int:
         """Epoch ns for this reading from the firmware timestamp (10 ns ticks), anchored to the
         host clock at the first reading; the host clock when there is none or it drifts."""
-        fw = _num(gm.get("firmware_timestamp"))
+        fw = as_number(gm.get("firmware_timestamp"))
         if fw is None:
             return read_ns
         fw_ns = fw * 10.0
@@ -452,7 +467,7 @@ class AmdSmiCollector(Collector):
             return read_ns
         ts = int(g.fw_anchor[0] + (fw_ns - g.fw_anchor[1]))
         if abs(ts - read_ns) > 1_000_000_000:  # firmware reset or a different clock: start over
-            self._degrade(g.info.key, None, "firmware timestamp jumped; re-anchored to the host clock", phase="clock")
+            self.degrade(g.info.key, None, "firmware timestamp jumped; re-anchored to the host clock", phase="clock")
             g.fw_anchor = (read_ns, fw_ns)
             return read_ns
         return ts
@@ -461,8 +476,8 @@ class AmdSmiCollector(Collector):
         api = self.api
         vram_type = getattr(getattr(api, "AmdSmiMemoryType", None), "VRAM", 0)
         used = api.amdsmi_get_gpu_memory_usage(g.handle, vram_type)  # bytes
-        value = _bytes(used)
-        if value is None and bad is not None and not _absent(used):
+        value = as_bytes(used)
+        if value is None and bad is not None and not is_absent(used):
             bad["mem_used_bytes"] = _garbage("the VRAM in use", used)
         return {"mem_used_bytes": value}
 
@@ -472,16 +487,16 @@ class AmdSmiCollector(Collector):
         counts = counts if isinstance(counts, dict) else {}
         out: dict[str, int | None] = {}
         for key, metric in (("correctable_count", "ecc_corrected_errors"), ("uncorrectable_count", "ecc_uncorrected_errors")):
-            out[metric] = _count(counts.get(key))
-            if out[metric] is None and bad is not None and not _absent(counts.get(key)):
+            out[metric] = as_count(counts.get(key))
+            if out[metric] is None and bad is not None and not is_absent(counts.get(key)):
                 bad[metric] = _garbage(f"the ECC {key}", counts.get(key))
         return out
 
     def _power_cap(self, g: _AmdGpu, bad: dict[str, str] | None = None) -> float | None:
         cap = self.api.amdsmi_get_power_cap_info(g.handle)
         raw = cap.get("power_cap") if isinstance(cap, dict) else cap
-        watts = _power_cap_w(raw)
-        if watts is None and bad is not None and not _absent(raw):
+        watts = as_power_cap_w(raw)
+        if watts is None and bad is not None and not is_absent(raw):
             bad["power_limit_w"] = _garbage("the power cap", raw)
         return watts
 
@@ -503,12 +518,12 @@ class AmdSmiCollector(Collector):
     def _failed(self, g: _AmdGpu, what: str, exc: BaseException) -> bool | None:
         """Report a failed read once; None when the device is lost, True when the read should
         stop for good."""
-        if _code(exc) in _LOST_CODES:
-            self._degrade(g.info.key, None, f"{amdsmi_error_reason(exc)}: marked lost, no more samples from it",
+        if error_code(exc) in LOST_CODES:
+            self.degrade(g.info.key, None, f"{amdsmi_error_reason(exc)}: marked lost, no more samples from it",
                           phase="lost")
             return None
-        self._degrade(g.info.key, what, amdsmi_error_reason(exc))
-        return _code(exc) in _PERMANENT_CODES
+        self.degrade(g.info.key, what, amdsmi_error_reason(exc))
+        return error_code(exc) in PERMANENT_CODES
 
     def _sample_gpu(self, g: _AmdGpu) -> Sample:
         api, h, key = self.api, g.handle, g.info.key
@@ -570,11 +585,11 @@ class AmdSmiCollector(Collector):
         for metric, reason in bad.items():
             if metric not in g.said:
                 g.said.add(metric)
-                self._degrade(g.info.key, metric, reason)
+                self.degrade(g.info.key, metric, reason)
         for metric in _WATCHED_METRICS:
             if metric in values and values[metric] is None and metric in g.info.supported and metric not in g.said:
                 g.said.add(metric)
-                self._degrade(g.info.key, metric, "amdsmi stopped reporting it (N/A) after it had a value at open")
+                self.degrade(g.info.key, metric, "amdsmi stopped reporting it (N/A) after it had a value at open")
 
     def _processes(self, g: _AmdGpu, plist: list[Any], read_ns: int) -> tuple[ProcessSample, ...]:
         # read_ns: the reading's time (firmware-stamped where possible), for engine-time rates
@@ -587,11 +602,11 @@ class AmdSmiCollector(Collector):
             if isinstance(pid, bool) or not isinstance(pid, int) or pid not in self._pids:
                 continue
             mu = p.get("memory_usage") or {}
-            vram = _bytes(mu.get("vram_mem")) if isinstance(mu, dict) else None
+            vram = as_bytes(mu.get("vram_mem")) if isinstance(mu, dict) else None
             if vram is None:
-                vram = _bytes(p.get("mem"))
+                vram = as_bytes(p.get("mem"))
             eu = p.get("engine_usage") or {}
-            gfx_ns = _num(eu.get("gfx")) if isinstance(eu, dict) else None
+            gfx_ns = as_number(eu.get("gfx")) if isinstance(eu, dict) else None
             util = None
             if gfx_ns is not None and gfx_ns >= 0:
                 seen[pid] = (int(gfx_ns), read_ns)

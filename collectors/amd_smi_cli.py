@@ -20,22 +20,27 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from .amd_cli_output import failure_reason, has_json_document, one_line, split_json_output
+from .amd_cli_output import (
+    failure_reason,
+    has_json_document,
+    one_line,
+    split_json_output,
+)
 from .amd_values import (
-    _KIB,
-    _MIB,
-    _NO_RESERVED,
-    _NO_XID,
-    _bytes,
-    _bytes_per_s,
-    _count,
-    _energy_j,
-    _mhz,
-    _num,
-    _pci_bus_id,
-    _pci_device_id,
-    _str,
-    _watts,
+    KIB,
+    MIB,
+    NO_RESERVED_REASON,
+    NO_XID_REASON,
+    as_bytes,
+    as_bytes_per_s,
+    as_count,
+    as_energy_j,
+    as_mhz,
+    as_number,
+    as_pci_bus_id,
+    as_pci_device_id,
+    as_str,
+    as_watts,
     gfx_to_capability,
 )
 from .base import (
@@ -50,7 +55,6 @@ from .base import (
     plausible_celsius,
 )
 
-
 # ------------------------------------------------------------------------------------------
 # amd-smi CLI
 # ------------------------------------------------------------------------------------------
@@ -63,7 +67,7 @@ _UNIT_SCALE: dict[str, float] = {
     # clocks -> MHz
     "MHz": 1.0, "GHz": 1e3, "KHz": 1e-3, "kHz": 1e-3, "Hz": 1e-6,
     # memory -> bytes (amd-smi's MB are MiB: it divides bytes by 1024**2)
-    "B": 1.0, "KB": _KIB, "MB": _MIB, "GB": 1024.0 ** 3, "KiB": _KIB, "MiB": _MIB, "GiB": 1024.0 ** 3,
+    "B": 1.0, "KB": KIB, "MB": MIB, "GB": 1024.0 ** 3, "KiB": KIB, "MiB": MIB, "GiB": 1024.0 ** 3,
     # throughput -> bytes/s
     "B/s": 1.0, "KB/s": 1e3, "MB/s": 1e6, "GB/s": 1e9, "Mb/s": 1e6 / 8, "Gb/s": 1e9 / 8,
 }
@@ -87,9 +91,9 @@ def _with_unit(v: Any, units: dict[str, float]) -> float | None:
         raw, unit = v.get("value"), v.get("unit")
         if isinstance(raw, (dict, list)) or not isinstance(unit, str) or unit not in units:
             return None
-        x = _num(raw)
+        x = as_number(raw)
         return x * units[unit] if x is not None else None
-    return _num(v)
+    return as_number(v)
 
 
 def _pick(d: Any, *path: str) -> Any:
@@ -160,25 +164,25 @@ def parse_amd_smi_metric(doc: Any) -> dict[int, dict[str, float | int | None]]:
         p = _with_unit(power.get("socket_power"), _POWER)
         if p is None:
             p = _with_unit(power.get("average_socket_power"), _POWER)
-        v["power_w"] = _watts(p)
-        v["power_instant_w"] = _watts(_with_unit(power.get("current_socket_power"), _POWER))
-        v["energy_j"] = _energy_j(_with_unit(_pick(e, "energy", "total_energy_consumption"), _ENERGY))
+        v["power_w"] = as_watts(p)
+        v["power_instant_w"] = as_watts(_with_unit(power.get("current_socket_power"), _POWER))
+        v["energy_j"] = as_energy_j(_with_unit(_pick(e, "energy", "total_energy_consumption"), _ENERGY))
         temp = _section(e, "temperature")
         hot = plausible_celsius(_with_unit(temp.get("hotspot"), _CELSIUS))
         v["temp_c"] = hot if hot is not None else plausible_celsius(_with_unit(temp.get("edge"), _CELSIUS))
         v["mem_temp_c"] = plausible_celsius(_with_unit(temp.get("mem"), _CELSIUS))
         clock = _section(e, "clock")
-        v["sm_clock_mhz"] = _mhz(_with_unit(_pick(clock, "gfx_0", "clk"), _CLOCK))
-        v["mem_clock_mhz"] = _mhz(_with_unit(_pick(clock, "mem_0", "clk"), _CLOCK))
+        v["sm_clock_mhz"] = as_mhz(_with_unit(_pick(clock, "gfx_0", "clk"), _CLOCK))
+        v["mem_clock_mhz"] = as_mhz(_with_unit(_pick(clock, "mem_0", "clk"), _CLOCK))
         mem = _section(e, "mem_usage")
-        v["mem_used_bytes"] = _bytes(_with_unit(mem.get("used_vram"), _MEM))
-        total = _bytes(_with_unit(mem.get("total_vram"), _MEM))
+        v["mem_used_bytes"] = as_bytes(_with_unit(mem.get("used_vram"), _MEM))
+        total = as_bytes(_with_unit(mem.get("total_vram"), _MEM))
         v["mem_total_bytes"] = total if total else None
         ecc = _section(e, "ecc")
-        v["ecc_corrected_errors"] = _count(ecc.get("total_correctable_count"))
-        v["ecc_uncorrected_errors"] = _count(ecc.get("total_uncorrectable_count"))
-        v["pcie_bytes_per_s"] = _bytes_per_s(_with_unit(_pick(e, "pcie", "bandwidth"), _RATE))
-        ts = _num(e.get("timestamp"))  # watch mode: epoch seconds
+        v["ecc_corrected_errors"] = as_count(ecc.get("total_correctable_count"))
+        v["ecc_uncorrected_errors"] = as_count(ecc.get("total_uncorrectable_count"))
+        v["pcie_bytes_per_s"] = as_bytes_per_s(_with_unit(_pick(e, "pcie", "bandwidth"), _RATE))
+        ts = as_number(e.get("timestamp"))  # watch mode: epoch seconds
         # after 2001 and before 2286: anything else is no clock (and 1e300 s would overflow)
         v["_ts"] = int(ts * 1e9) if ts is not None and 1e9 < ts < 1e10 else None
         out[idx] = v
@@ -191,18 +195,18 @@ def parse_amd_smi_static(doc: Any) -> dict[int, dict[str, Any]]:
     out: dict[int, dict[str, Any]] = {}
     for idx, e in _gpu_entries(doc):
         asic = _section(e, "asic")
-        vram = _bytes(_with_unit(_pick(e, "vram", "size"), _MEM))
+        vram = as_bytes(_with_unit(_pick(e, "vram", "size"), _MEM))
         part = _section(e, "partition")
-        cus = _count(asic.get("num_compute_units"))
+        cus = as_count(asic.get("num_compute_units"))
         out[idx] = {
-            "name": _str(asic.get("market_name")),
-            "pci_device_id": _pci_device_id(asic.get("device_id")),
+            "name": as_str(asic.get("market_name")),
+            "pci_device_id": as_pci_device_id(asic.get("device_id")),
             "num_sms": cus if cus and cus < 0xFFFF else None,
-            "gfx_target": _str(asic.get("target_graphics_version")),
-            "pci_bus_id": _pci_bus_id(_pick(e, "bus", "bdf")),
+            "gfx_target": as_str(asic.get("target_graphics_version")),
+            "pci_bus_id": as_pci_bus_id(_pick(e, "bus", "bdf")),
             "memory_total_bytes": vram if vram else None,
-            "compute_partition": _str(part.get("compute_partition")),
-            "memory_partition": _str(part.get("memory_partition")),
+            "compute_partition": as_str(part.get("compute_partition")),
+            "memory_partition": as_str(part.get("memory_partition")),
         }
     return out
 
@@ -313,10 +317,6 @@ class AmdSmiRunner:
                 proc.kill()
 
 
-def _default_runner(exe: str) -> AmdSmiRunner:
-    return AmdSmiRunner(exe)
-
-
 class _Closing(Exception):
     """The collector closed while a call to amd-smi was under way."""
 
@@ -382,9 +382,9 @@ class AmdSmiCliCollector(Collector):
         self._last_ts: dict[str, int] = {}  # device -> its last row's ts_ns
         self._host_clock: set[str] = set()  # devices whose amd-smi timestamps failed the check once
 
-    def _degrade(self, device: str | None, metric: str | None, reason: str, phase: str = "sample") -> bool:
+    def degrade(self, device: str | None, metric: str | None, reason: str, phase: str = "sample") -> bool:
         with self._degrade_lock:
-            return super()._degrade(device, metric, reason, phase)
+            return super().degrade(device, metric, reason, phase)
 
     def take_degradations(self) -> list[Any]:
         with self._degrade_lock:
@@ -445,7 +445,7 @@ class AmdSmiCliCollector(Collector):
             # a document followed by garbage would make every line a note: keep the first few
             if note not in self.notes and len(self.notes) < MAX_NOTES:
                 self.notes.append(note)
-                self._degrade(None, None, f"amd-smi says: {note}")
+                self.degrade(None, None, f"amd-smi says: {note}")
         return parse_amd_smi_metric(doc)
 
     def _open(self) -> list[DeviceInfo]:
@@ -453,7 +453,7 @@ class AmdSmiCliCollector(Collector):
             exe = find_amd_smi()
             if exe is None:
                 raise CollectorUnavailable("amd", "amd-smi CLI not found")
-            self.runner = _default_runner(exe)
+            self.runner = AmdSmiRunner(exe)
         deadline = time.monotonic() + OPEN_TIMEOUT_S
         try:
             first = self._metric(OPEN_TIMEOUT_S)
@@ -472,9 +472,9 @@ class AmdSmiCliCollector(Collector):
                 raise AmdSmiTimeout(timeout_reason(["static", "--json"], 0))
             static = parse_amd_smi_static(split_json_output(self._call(["static", "--json"], left))[0])
         except AmdSmiFailed as exc:
-            self._degrade(None, None, one_line(f"{exc}: GPU names, PCI ids and sizes unknown"), phase="probe")
+            self.degrade(None, None, one_line(f"{exc}: GPU names, PCI ids and sizes unknown"), phase="probe")
         except Exception as exc:  # the names are nice to have; the metrics came
-            self._degrade(None, None, one_line(f"amd-smi static --json unreadable ({type(exc).__name__}: {exc}): "
+            self.degrade(None, None, one_line(f"amd-smi static --json unreadable ({type(exc).__name__}: {exc}): "
                                                "GPU names, PCI ids and sizes unknown"), phase="probe")
         devices = []
         for idx in sorted(first):
@@ -505,8 +505,8 @@ class AmdSmiCliCollector(Collector):
             for m in ("proc_gpu_mem_bytes", "proc_gpu_util", "power_limit_w", "throttle_reasons",
                       "xgmi_nvlink_tx_bytes_per_s", "xgmi_nvlink_rx_bytes_per_s"):
                 reasons[m] = "not read through the amd-smi CLI fallback (install amdsmi for it)"
-            reasons["mem_reserved_bytes"] = _NO_RESERVED
-            reasons["xid_errors"] = reasons["last_xid"] = _NO_XID
+            reasons["mem_reserved_bytes"] = NO_RESERVED_REASON
+            reasons["xid_errors"] = reasons["last_xid"] = NO_XID_REASON
             info.unsupported = {m: reasons[m] for m in GPU_METRIC_NAMES if m not in supported}
             self._index_to_key[idx] = info.key
             devices.append(info)
@@ -525,14 +525,14 @@ class AmdSmiCliCollector(Collector):
             return
         except AmdSmiTimeout as exc:
             if not self._stop.is_set():  # not the kill of close()
-                self._degrade(None, None, one_line(f"{exc}: no readings until it answers again"))
+                self.degrade(None, None, one_line(f"{exc}: no readings until it answers again"))
             return
         except AmdSmiFailed as exc:
             if not self._stop.is_set():
-                self._degrade(None, None, one_line(str(exc)))
+                self.degrade(None, None, one_line(str(exc)))
             return
         except Exception as exc:
-            self._degrade(None, None, one_line(f"amd-smi metric --json failed ({type(exc).__name__}: {exc})"))
+            self.degrade(None, None, one_line(f"amd-smi metric --json failed ({type(exc).__name__}: {exc})"))
             return
         with self._lock:
             self._latest = (self._call_started_ns, parsed)
@@ -577,7 +577,7 @@ class AmdSmiCliCollector(Collector):
                 ts = vendor_ts
             else:
                 self._host_clock.add(key)
-                self._degrade(key, "timestamp", f"{problem}: the host clock is used for this device from now on",
+                self.degrade(key, "timestamp", f"{problem}: the host clock is used for this device from now on",
                               phase="clock")
         if previous is not None and ts <= previous:
             # at the switch (amd-smi's clock may run up to 5 s ahead) or a host clock step: keep the rows in order

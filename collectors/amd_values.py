@@ -9,11 +9,11 @@ from typing import Any
 
 # NVML's v2 memory query reports the driver's reservation apart from "used"; amdsmi's VRAM
 # usage has no such figure.
-_NO_RESERVED = "amdsmi reports no driver-reserved memory apart from used (an NVML v2 figure)"
-_KIB = 1024
+NO_RESERVED_REASON = "amdsmi reports no driver-reserved memory apart from used (an NVML v2 figure)"
+KIB = 1024
 #: Why an AMD GPU has no XID metrics.
-_NO_XID = "XID errors are NVIDIA's (NVML events); AMD reports RAS errors instead (not read yet)"
-_MIB = 1024 * 1024
+NO_XID_REASON = "XID errors are NVIDIA's (NVML events); AMD reports RAS errors instead (not read yet)"
+MIB = 1024 * 1024
 
 
 # ------------------------------------------------------------------------------------------
@@ -37,7 +37,7 @@ MAX_ENERGY_J = 1e15
 MAX_BYTES_PER_S = 1e13
 
 
-def _num(v: Any) -> float | None:
+def as_number(v: Any) -> float | None:
     """A finite number from an amdsmi / amd-smi value, or None: for "N/A" and other strings that
     are no number, the sentinels, NaN and infinities (JSON's ``NaN`` / ``Infinity`` literals
     included), integers wider than 64 bits, booleans (a flag is not a reading: ``True`` must not
@@ -59,7 +59,7 @@ def _num(v: Any) -> float | None:
     return None
 
 
-def _absent(v: Any) -> bool:
+def is_absent(v: Any) -> bool:
     """Whether ``v`` is amdsmi's way of saying "no value": missing, ``"N/A"``, empty, a sentinel,
     or a list of only those. A value that is none of these and still gives no number is garbage
     (a negative power, NaN, an object with other keys), which the collectors report."""
@@ -68,58 +68,58 @@ def _absent(v: Any) -> bool:
     if isinstance(v, (int, float)) and not isinstance(v, bool):
         return v in _SENTINELS
     if isinstance(v, (list, tuple)):
-        return all(_absent(x) for x in v)
+        return all(is_absent(x) for x in v)
     return False
 
 
-def _shown(v: Any) -> str:
+def shown(v: Any) -> str:
     """A vendor value as it may appear in a reason: its repr, cut short."""
     text = repr(v)
     return text if len(text) <= 60 else text[:59] + "…"
 
 
-def _bytes(v: Any) -> int | None:
+def as_bytes(v: Any) -> int | None:
     """A byte count (memory used, a size): a whole number in 0..MAX_BYTES, else None."""
-    x = _num(v)
+    x = as_number(v)
     return int(x) if x is not None and 0 <= x <= MAX_BYTES else None
 
 
-def _count(v: Any) -> int | None:
+def as_count(v: Any) -> int | None:
     """An event counter (ECC errors) or a bit mask: a whole number in 0..2**63 (a BIGINT), else
     None; a fraction is garbage, not a count."""
-    x = _num(v)
+    x = as_number(v)
     return int(x) if x is not None and 0 <= x < 2**63 and x == int(x) else None
 
 
-def _energy_j(v: Any) -> float | None:
+def as_energy_j(v: Any) -> float | None:
     """An energy counter in J: 0..MAX_ENERGY_J, else None."""
-    x = _num(v)
+    x = as_number(v)
     return x if x is not None and 0 <= x <= MAX_ENERGY_J else None
 
 
-def _bytes_per_s(v: Any) -> float | None:
+def as_bytes_per_s(v: Any) -> float | None:
     """A throughput in bytes/s: 0..MAX_BYTES_PER_S, else None."""
-    x = _num(v)
+    x = as_number(v)
     return x if x is not None and 0 <= x <= MAX_BYTES_PER_S else None
 
 
-def _nums(v: Any) -> list[float]:
+def as_numbers(v: Any) -> list[float]:
     if not isinstance(v, (list, tuple)):
         return []
-    return [x for x in (_num(i) for i in v) if x is not None]
+    return [x for x in (as_number(i) for i in v) if x is not None]
 
 
-def _watts(v: Any) -> float | None:
+def as_watts(v: Any) -> float | None:
     """Power in W from W (the documented unit), checked by range: a board draws 0..3000 W."""
-    x = _num(v)
+    x = as_number(v)
     if x is None or x < 0:
         return None
     return x if x <= 3000 else None
 
 
-def _power_cap_w(v: Any) -> float | None:
+def as_power_cap_w(v: Any) -> float | None:
     """A power cap from µW (amdsmi_get_power_cap_info), mW or W, by range."""
-    x = _num(v)
+    x = as_number(v)
     if x is None or x <= 0:
         return None
     if x > 1e5:
@@ -130,8 +130,8 @@ def _power_cap_w(v: Any) -> float | None:
     return x if x <= 3000 else None
 
 
-def _mhz(v: Any) -> float | None:
-    x = _num(v)
+def as_mhz(v: Any) -> float | None:
+    x = as_number(v)
     return x if x is not None and 0 < x < 100_000 else None
 
 
@@ -141,18 +141,18 @@ _PCI_DEVICE_ID = re.compile(r"^(?:0x)?[0-9a-f]{1,4}$")
 _PCI_BUS_ID = re.compile(r"^[0-9a-fA-F]{4,8}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7]$")
 
 
-def _pci_device_id(v: Any) -> str | None:
+def as_pci_device_id(v: Any) -> str | None:
     """``0x74a1`` from amdsmi's int or amd-smi's hex string; None for anything that is not one."""
     if isinstance(v, int) and not isinstance(v, bool):
         return f"0x{v:04x}" if 0 <= v < 0xFFFF else None
-    text = (_str(v) or "").lower()
+    text = (as_str(v) or "").lower()
     return text if _PCI_DEVICE_ID.match(text) else None
 
 
-def _pci_bus_id(v: Any) -> str | None:
+def as_pci_bus_id(v: Any) -> str | None:
     """A PCI bus id (``0000:0c:00.0``), None for anything else: the spec and calibration lookups
     match devices by it."""
-    text = _str(v)
+    text = as_str(v)
     return text if text and _PCI_BUS_ID.match(text) else None
 
 
@@ -170,7 +170,7 @@ def gfx_to_capability(target: str | None) -> str | None:
         return None
 
 
-def _try(fn: Callable[[], Any]) -> Any:
+def try_or_none(fn: Callable[[], Any]) -> Any:
     try:
         return fn()
     except Exception:
@@ -181,7 +181,7 @@ def _try(fn: Callable[[], Any]) -> Any:
 _MAX_STR = 256
 
 
-def _str(v: Any) -> str | None:
+def as_str(v: Any) -> str | None:
     """A vendor string (a name, a bus id, a partition mode), or None for "N/A", "", and strings
     that cannot be one: with control characters (random bytes) or longer than 256 characters."""
     if isinstance(v, bytes):

@@ -24,7 +24,7 @@ from __future__ import annotations
 import abc
 import time
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from gpuscope.device import DeviceIdentity
 from gpuscope.errors import GpuscopeError
@@ -39,6 +39,7 @@ __all__ = [
     "ProcessSample",
     "Sample",
     "VendorStatus",
+    "WatchedProcesses",
     "GPU_METRIC_NAMES",
     "HOST_METRIC_NAMES",
     "METRIC_NAMES",
@@ -124,7 +125,7 @@ class ProcessSample:
     name: str | None = None
 
 
-class EveryPid(frozenset):  # type: ignore[type-arg]
+class EveryPid(frozenset):
     """The pid set that holds every process, whether this process can see it or not: given to
     :meth:`Collector.set_pids`, the GPU collectors report every process the vendor lists
     (``gpuscope monitor --per-process``; in a container NVML lists the host's pids, which the
@@ -149,10 +150,24 @@ class EveryPid(frozenset):  # type: ignore[type-arg]
 EVERY_PID = EveryPid()
 
 
-class EveryProcess:
-    """The sampler's process "tree" that watches every process (:data:`EVERY_PID`)."""
+class WatchedProcesses(Protocol):
+    """Which processes to watch: what the sampler asks each tick and hands to every collector's
+    :meth:`Collector.set_pids` when it changed. Implemented by
+    :class:`~gpuscope.collectors.host.ProcessTree` (a wrapped command and its descendants),
+    :class:`EveryProcess` (every pid, seen or not) and the live screen's ``AllProcesses`` (every
+    pid this process can list). ``pids()`` runs in the sampler's thread, once a tick: an
+    implementation that lists processes paces itself."""
 
     def pids(self) -> frozenset[int]:
+        """The pids to watch now (:data:`EVERY_PID` for all of them)."""
+        ...
+
+
+class EveryProcess(WatchedProcesses):
+    """The processes to watch when every process is (:data:`EVERY_PID`): ``monitor --per-process``."""
+
+    def pids(self) -> frozenset[int]:
+        """:data:`EVERY_PID`, always."""
         return EVERY_PID
 
 
@@ -217,7 +232,7 @@ class VendorStatus:
 
 class Collector(abc.ABC):
     """One telemetry source. Subclasses implement :meth:`_open`, :meth:`sample` and
-    :meth:`_close`; they report problems through :meth:`_degrade`.
+    :meth:`_close`; they report problems through :meth:`degrade`.
 
     Not thread-safe: one thread (the sampler's) drives a collector.
     """
@@ -251,7 +266,7 @@ class Collector(abc.ABC):
             self._opened = True
             for d in self.devices:
                 for metric, reason in d.unsupported.items():
-                    self._degrade(d.key, metric, reason, phase="probe")
+                    self.degrade(d.key, metric, reason, phase="probe")
         return self.devices
 
     @abc.abstractmethod
@@ -269,7 +284,7 @@ class Collector(abc.ABC):
             self._opened = False
             self._close()
 
-    def _close(self) -> None:
+    def _close(self) -> None:  # noqa: B027 - optional: a source with nothing to release keeps it
         pass
 
     def __enter__(self) -> Collector:
@@ -280,13 +295,15 @@ class Collector(abc.ABC):
         self.close()
 
     # -- watched processes ------------------------------------------------------------------
-    def set_pids(self, pids: set[int] | frozenset[int]) -> None:
+    def set_pids(self, pids: set[int] | frozenset[int]) -> None:  # noqa: B027 - optional, see below
         """The processes whose GPU memory and utilisation to report (the wrapped command's
         process tree). Collectors without per-process data ignore it."""
 
     # -- degradations --------------------------------------------------------------------
-    def _degrade(self, device: str | None, metric: str | None, reason: str, phase: str = "sample") -> bool:
-        """Report a problem once per (device, metric, reason); True when it was new."""
+    def degrade(self, device: str | None, metric: str | None, reason: str, phase: str = "sample") -> bool:
+        """Report a problem once per (device, metric, reason); True when it was new. Called by
+        the collector itself, and by the sampler for what it finds about a collector (a
+        ``sample()`` that raised, a cadence faster than the source refreshes)."""
         k = (device, metric, reason)
         if k in self._reported:
             return False
@@ -298,6 +315,15 @@ class Collector(abc.ABC):
         """The problems reported since the last call (each problem appears once, ever)."""
         out, self._pending = self._pending, []
         return out
+
+    def relay_degradations(self, inner: Collector, *, remember: bool = False) -> None:
+        """Take the problems ``inner`` reported since it was last asked as this collector's own
+        (a facade such as :class:`~gpuscope.collectors.amd.AmdCollector` over the backend it
+        chose). ``remember``: also count what ``inner`` has ever said as said here, so that
+        this collector does not say it again."""
+        self._pending.extend(inner.take_degradations())
+        if remember:
+            self._reported |= inner._reported
 
 
 # ------------------------------------------------------------------------------------------

@@ -16,7 +16,16 @@ import time
 from collections.abc import Iterable
 from typing import Any
 
-from .base import HOST_METRIC_NAMES, Collector, CollectorUnavailable, DeviceInfo, Sample, VendorStatus, now_ns
+from .base import (
+    HOST_METRIC_NAMES,
+    Collector,
+    CollectorUnavailable,
+    DeviceInfo,
+    Sample,
+    VendorStatus,
+    WatchedProcesses,
+    now_ns,
+)
 
 __all__ = ["HostCollector", "ProcessTree", "cpu_model_name"]
 
@@ -29,8 +38,9 @@ def _psutil() -> Any:
     return psutil
 
 
-class ProcessTree:
-    """The processes to watch: ``roots`` and all their descendants.
+class ProcessTree(WatchedProcesses):
+    """The processes to watch: ``roots`` and all their descendants (``gpuscope run``'s wrapped
+    command, ``gpuscope record --pid``).
 
     :meth:`pids` re-lists the tree at most every ``refresh_s`` seconds; a root that exits
     leaves its still-running descendants watched until they exit too.
@@ -149,7 +159,7 @@ class HostCollector(Collector):
             values["host_mem_used_bytes"] = int(vm.total - vm.available)
             values["host_mem_total_bytes"] = int(vm.total)
         except Exception as exc:  # /proc unreadable (containers): report once, keep going
-            self._degrade("host", "host_cpu_util", f"psutil: {type(exc).__name__}: {exc}")
+            self.degrade("host", "host_cpu_util", f"psutil: {type(exc).__name__}: {exc}")
         if self.tree is not None:
             values.update(self._tree_values())
         return [Sample("host", ts, values)]
@@ -183,7 +193,7 @@ class HostCollector(Collector):
             except (psutil.NoSuchProcess, psutil.ZombieProcess):
                 continue
             except psutil.AccessDenied:
-                self._degrade("host", "proc_cpu_cores", f"no permission to read process {p.pid}")
+                self.degrade("host", "proc_cpu_cores", f"no permission to read process {p.pid}")
                 continue
         cores = None
         if self._cpu_prev_mono is not None and mono > self._cpu_prev_mono:

@@ -18,7 +18,6 @@ from __future__ import annotations
 import time
 import warnings
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from types import ModuleType
 from typing import Any
 
@@ -34,73 +33,24 @@ from .base import (
     percent_to_ratio,
     watched,
 )
-
-from .nvml_values import (  # noqa: F401  (the codes and helpers, re-exported for tests)
-    _NOT_SUPPORTED,
-    _NO_PERMISSION,
-    _NOT_FOUND,
-    _DRIVER_NOT_LOADED,
-    _LIBRARY_NOT_FOUND,
-    _FUNCTION_NOT_FOUND,
-    _GPU_IS_LOST,
-    _RESET_REQUIRED,
-    _LIB_RM_VERSION_MISMATCH,
-    _GPU_NOT_FOUND,
-    _LOST_CODES,
-    _PERMANENT_CODES,
-    _code,
+from .nvml_probe import DeviceProbe, GpuLost, NvmlGpu, gpm_sample_get
+from .nvml_values import (
+    LOST_CODES,
+    PERMANENT_CODES,
+    NvmlReturn,
+    NvmlStatusError,
+    error_code,
+    field_value,
     nvml_error_reason,
-    _Err,
-    _s,
-    _try,
-    _fv_value,
-    _pick_ts,
-    _util,
-    _mem,
-    _mem_v2,
-    _memory_query,
-    _throttle_fn,
-    _pcie_throughput,
-    _running_processes,
+    nvml_text,
+    pick_ts_ns,
+    running_processes,
+    try_or_none,
 )
 
 __all__ = ["NvmlCollector", "import_pynvml", "nvml_error_reason"]
 
 INSTALL_HINT = "nvidia-ml-py not installed (pip install 'gpuscope[nvidia]')"
-
-# Field ids (pynvml.NVML_FI_DEV_*), fixed by the C API.
-FI_ECC_SBE_VOL_TOTAL = 3  # corrected ECC errors since the driver loaded
-FI_ECC_DBE_VOL_TOTAL = 4  # uncorrected
-FI_MEMORY_TEMP = 82
-FI_TOTAL_ENERGY_CONSUMPTION = 83  # mJ since driver load
-FI_NVLINK_LINK_COUNT = 91
-FI_NVLINK_THROUGHPUT_DATA_TX = 138  # KiB counter, scope = link
-FI_NVLINK_THROUGHPUT_DATA_RX = 139
-FI_POWER_AVERAGE = 185  # mW
-FI_POWER_INSTANT = 186  # mW
-FI_POWER_CURRENT_LIMIT = 190  # mW
-FI_PCIE_COUNT_TX_BYTES = 197  # byte counter
-FI_PCIE_COUNT_RX_BYTES = 198
-
-#: A counter field whose own read takes longer than this is read at most every
-#: ``slow_counter_interval_s`` instead of every tick. On an H100 (driver 580) the energy field
-#: cost about 4 ms of CPU per read, 80 % of a whole tick (bench/README.md, the H100 results).
-#: Only counters: read less often they lose time resolution, not joules or bytes; gauges are
-#: read at the asked rate whatever they cost.
-SLOW_FIELD_S = 1e-3
-#: The counters, grouped: a group is read together, so a rate or a sum never mixes readings of
-#: two ticks (PCIe tx with rx, every NVLink link).
-_COUNTER_GROUPS = (("energy",), ("_pcie_tx", "_pcie_rx"), ("_nvl_",), ("ecc_",))
-
-# GPM metric ids (pynvml.NVML_GPM_METRIC_*); values are percent unless stated.
-GPM_SM_UTIL = 2
-GPM_SM_OCCUPANCY = 3
-GPM_ANY_TENSOR_UTIL = 5
-GPM_DRAM_BW_UTIL = 10
-GPM_PCIE_TX_PER_SEC = 20  # MiB/s
-GPM_PCIE_RX_PER_SEC = 21
-GPM_NVLINK_TOTAL_RX_PER_SEC = 60  # MiB/s
-GPM_NVLINK_TOTAL_TX_PER_SEC = 61
 
 #: nvmlEventTypeXidCriticalError: the event NVML raises for an XID error.
 EVENT_XID = 0x8
@@ -120,7 +70,7 @@ def import_pynvml() -> ModuleType:
         with warnings.catch_warnings():
             # the deprecated `pynvml` PyPI package warns on import; nvidia-ml-py does not
             warnings.simplefilter("ignore")
-            import pynvml  # type: ignore[import-not-found]
+            import pynvml
     except ImportError:
         raise CollectorUnavailable("nvidia", INSTALL_HINT) from None
     except Exception as exc:  # a broken install
@@ -131,48 +81,6 @@ def import_pynvml() -> ModuleType:
     return pynvml
 
 
-class _Lost(Exception):
-    def __init__(self, reason: str) -> None:
-        super().__init__(reason)
-        self.reason = reason
-
-
-@dataclass
-class _Read:
-    """One getter in a device's plan: ``fn(handle)`` -> dict of metric values."""
-
-    metrics: tuple[str, ...]
-    fn: Callable[[Any], dict[str, float | int | None]]
-    every_s: float = 0.0  # 0: every tick
-    last_mono: float = -1e18
-
-
-@dataclass
-class _Gpu:
-    info: DeviceInfo
-    handle: Any
-    parent_handle: Any = None
-    gpu_instance_id: int | None = None
-    fields: list[tuple[int, int] | int] = field(default_factory=list)
-    field_metric: dict[tuple[int, int], str] = field(default_factory=dict)
-    slow_fields: list[tuple[int, int] | int] = field(default_factory=list)  # counters read every slow_counter_interval_s
-    slow_last_mono: float = -1e18
-    reads: list[_Read] = field(default_factory=list)
-    gpm_ids: dict[int, str] = field(default_factory=dict)
-    gpm_samples: list[Any] = field(default_factory=list)
-    gpm_last_mono: float = 0.0
-    gpm_have_prev: bool = False
-    counters: dict[str, tuple[float, int]] = field(default_factory=dict)  # name -> (value, ts_ns)
-    proc_reads: bool = False
-    proc_util: bool = False
-    proc_last_mono: float = -1e18
-    proc_last_seen_us: int = 0
-    xid: bool = False  # registered for XID events
-    xid_count: int = 0
-    last_xid: int = 0
-    lost: bool = False
-
-
 class NvmlCollector(Collector):
     """NVIDIA GPUs through NVML.
 
@@ -180,7 +88,8 @@ class NvmlCollector(Collector):
     ``pynvml`` is imported in :meth:`open`. ``process_interval_s`` paces the per-process
     queries (enumerating processes costs milliseconds in the driver); ``gpm_min_interval_s``
     is the shortest GPM window (GPM needs about 100 ms between its two samples);
-    ``slow_counter_interval_s`` paces counter fields that proved slow to read (:data:`SLOW_FIELD_S`).
+    ``slow_counter_interval_s`` paces counter fields that proved slow to read
+    (:data:`~gpuscope.collectors.nvml_probe.SLOW_FIELD_S`).
     """
 
     source = "nvidia"
@@ -198,7 +107,7 @@ class NvmlCollector(Collector):
         self.pcie_fallback_interval_s = pcie_fallback_interval_s
         self.slow_counter_interval_s = slow_counter_interval_s
         self.driver_version: str | None = None
-        self._gpus: list[_Gpu] = []
+        self._gpus: list[NvmlGpu] = []
         self._pids: frozenset[int] = frozenset()
         self._xid_set: Any = None
         self._xid_last = -1e18
@@ -214,7 +123,7 @@ class NvmlCollector(Collector):
             raise CollectorUnavailable("nvidia", nvml_error_reason(exc)) from None
         self._initialised = True
         try:
-            self.driver_version = _s(mod.nvmlSystemGetDriverVersion())
+            self.driver_version = nvml_text(mod.nvmlSystemGetDriverVersion())
         except Exception:
             self.driver_version = None
         try:
@@ -277,47 +186,47 @@ class NvmlCollector(Collector):
             if not int(getattr(ev, "eventType", 0)) & EVENT_XID:
                 continue
             try:
-                gpu = by_uuid.get(_s(mod.nvmlDeviceGetUUID(ev.device)))
+                gpu = by_uuid.get(nvml_text(mod.nvmlDeviceGetUUID(ev.device)))
             except Exception:
                 gpu = None
             if gpu is not None:
                 gpu.xid_count += 1
                 gpu.last_xid = int(ev.eventData)
 
-    def _open_gpu(self, index: int) -> list[_Gpu]:
+    def _open_gpu(self, index: int) -> list[NvmlGpu]:
         mod = self.nvml
         key = f"gpu{index}"
         try:
             h = mod.nvmlDeviceGetHandleByIndex(index)
         except Exception as exc:
             reason = nvml_error_reason(exc)
-            info = DeviceInfo(key=key, vendor="nvidia", index=index, lost=_code(exc) in _LOST_CODES,
+            info = DeviceInfo(key=key, vendor="nvidia", index=index, lost=error_code(exc) in LOST_CODES,
                               unsupported={m: reason for m in GPU_METRIC_NAMES},
                               properties={"error": reason})
-            return [_Gpu(info=info, handle=None, lost=True)]
+            return [NvmlGpu(info=info, handle=None, lost=True)]
         info = DeviceInfo(key=key, vendor="nvidia", index=index)
-        info.name = _try(lambda: _s(mod.nvmlDeviceGetName(h)))
-        info.uuid = _try(lambda: _s(mod.nvmlDeviceGetUUID(h)))
-        pci = _try(lambda: mod.nvmlDeviceGetPciInfo(h))
+        info.name = try_or_none(lambda: nvml_text(mod.nvmlDeviceGetName(h)))
+        info.uuid = try_or_none(lambda: nvml_text(mod.nvmlDeviceGetUUID(h)))
+        pci = try_or_none(lambda: mod.nvmlDeviceGetPciInfo(h))
         if pci is not None:
-            info.pci_bus_id = _s(getattr(pci, "busId", None))
+            info.pci_bus_id = nvml_text(getattr(pci, "busId", None))
             dev_id = getattr(pci, "pciDeviceId", None)
             if isinstance(dev_id, int):
                 info.pci_device_id = f"0x{(dev_id >> 16) & 0xFFFF:04x}"
-        cc = _try(lambda: mod.nvmlDeviceGetCudaComputeCapability(h))
+        cc = try_or_none(lambda: mod.nvmlDeviceGetCudaComputeCapability(h))
         if cc:
             info.compute_capability = f"{cc[0]}.{cc[1]}"
-        arch = _try(lambda: int(mod.nvmlDeviceGetArchitecture(h)))
-        mem = _try(lambda: mod.nvmlDeviceGetMemoryInfo(h))
+        arch = try_or_none(lambda: int(mod.nvmlDeviceGetArchitecture(h)))
+        mem = try_or_none(lambda: mod.nvmlDeviceGetMemoryInfo(h))
         if mem is not None:
             info.memory_total_bytes = int(mem.total)
         info.warp_size = 32
         info.properties.update({"architecture": _ARCH_NAMES.get(arch, arch) if arch is not None else None,
                                 "driver_version": self.driver_version})
-        mig = _try(lambda: mod.nvmlDeviceGetMigMode(h))
+        mig = try_or_none(lambda: mod.nvmlDeviceGetMigMode(h))
         mig_on = bool(mig and mig[0] == 1)
         info.properties["mig_mode"] = None if mig is None else ("enabled" if mig_on else "disabled")
-        gpu = _Gpu(info=info, handle=h)
+        gpu = NvmlGpu(info=info, handle=h)
         gpm_ok, gpm_reason = self._gpm_support(h, arch)
         if not self._probe_or_lose(gpu, gpm_ok, gpm_reason, mig_on=mig_on):
             return [gpu]
@@ -342,16 +251,18 @@ class NvmlCollector(Collector):
             return False, "needs GPM (not supported by this GPU)"
         return True, ""
 
-    def _probe_or_lose(self, gpu: _Gpu, gpm_ok: bool, gpm_reason: str, mig_on: bool = False,
+    def _probe_or_lose(self, gpu: NvmlGpu, gpm_ok: bool, gpm_reason: str, mig_on: bool = False,
                        is_mig: bool = False) -> bool:
         """Probe ``gpu``; a GPU lost while probing is marked lost (False), never raised."""
         try:
-            self._probe(gpu, gpm_ok, gpm_reason, mig_on=mig_on, is_mig=is_mig)
+            DeviceProbe(self.nvml, gpu, is_mig=is_mig, degrade=self.degrade,
+                        pcie_fallback_interval_s=self.pcie_fallback_interval_s,
+                        slow_counter_interval_s=self.slow_counter_interval_s).run(gpm_ok, gpm_reason, mig_on=mig_on)
             return True
-        except _Lost as lost:
+        except GpuLost as lost:
             reason = lost.reason
         except Exception as exc:
-            if _code(exc) not in _LOST_CODES:
+            if error_code(exc) not in LOST_CODES:
                 raise
             reason = nvml_error_reason(exc)
         gpu.lost = gpu.info.lost = True
@@ -360,254 +271,50 @@ class NvmlCollector(Collector):
         gpu.info.properties["error"] = reason
         return False
 
-    def _probe(self, gpu: _Gpu, gpm_ok: bool, gpm_reason: str, mig_on: bool = False,
-               is_mig: bool = False) -> None:
-        """Decide once which reads this device supports; fill supported/unsupported."""
-        mod, h, info = self.nvml, gpu.handle, gpu.info
-        unsupported: dict[str, str] = {}
-        supported: set[str] = set()
-
-        # 1. field values, batched
-        wanted: list[tuple[tuple[int, int], str]] = [
-            ((FI_POWER_AVERAGE, 0), "power_w"),
-            ((FI_POWER_INSTANT, 0), "power_instant_w"),
-            ((FI_TOTAL_ENERGY_CONSUMPTION, 0), "energy_j"),
-            ((FI_MEMORY_TEMP, 0), "mem_temp_c"),
-            ((FI_POWER_CURRENT_LIMIT, 0), "power_limit_w"),
-            ((FI_PCIE_COUNT_TX_BYTES, 0), "_pcie_tx"),
-            ((FI_PCIE_COUNT_RX_BYTES, 0), "_pcie_rx"),
-            ((FI_ECC_SBE_VOL_TOTAL, 0), "ecc_corrected_errors"),
-            ((FI_ECC_DBE_VOL_TOTAL, 0), "ecc_uncorrected_errors"),
-        ]
-        field_errors: dict[str, str] = {}
-        nvlinks = 0
-        nvlink_reason = "no NVLink on this GPU"
-        if not is_mig:
-            try:
-                (lc,) = mod.nvmlDeviceGetFieldValues(h, [FI_NVLINK_LINK_COUNT])
-                if lc.nvmlReturn == 0:
-                    nvlinks = int(_fv_value(lc) or 0)
-                else:
-                    nvlink_reason = nvml_error_reason(_Err(lc.nvmlReturn))
-            except Exception as exc:
-                nvlink_reason = nvml_error_reason(exc)
-        for link in range(nvlinks):
-            wanted.append(((FI_NVLINK_THROUGHPUT_DATA_TX, link), f"_nvl_tx{link}"))
-            wanted.append(((FI_NVLINK_THROUGHPUT_DATA_RX, link), f"_nvl_rx{link}"))
-        try:
-            vals = mod.nvmlDeviceGetFieldValues(h, [fid for fid, _ in wanted])
-            for (fid, name), fv in zip(wanted, vals):
-                if fv.nvmlReturn == 0:
-                    gpu.fields.append(fid)
-                    gpu.field_metric[fid] = name
-                else:
-                    field_errors[name] = nvml_error_reason(_Err(fv.nvmlReturn))
-        except Exception as exc:
-            reason = nvml_error_reason(exc)
-            field_errors = {name: reason for _, name in wanted}
-        fm = set(gpu.field_metric.values())
-        supported |= {m for m in fm if not m.startswith("_")}
-        self._time_counter_fields(gpu)
-
-        # 2. getters
-        def add(metrics: tuple[str, ...], fn: Callable[[Any], dict[str, Any]], every_s: float = 0.0) -> bool:
-            try:
-                got = fn(h)
-            except Exception as exc:
-                code = _code(exc)
-                if code in _LOST_CODES:
-                    raise _Lost(nvml_error_reason(exc)) from None
-                if code is not None and code not in _PERMANENT_CODES:
-                    # transient (timeout, unknown): keep the read, say so once
-                    self._degrade(info.key, "/".join(metrics), nvml_error_reason(exc), phase="probe")
-                    gpu.reads.append(_Read(metrics, fn, every_s))
-                    supported.update(metrics)
-                    return True
-                for m in metrics:
-                    unsupported.setdefault(m, nvml_error_reason(exc))
-                return False
-            ok = tuple(m for m in metrics if got.get(m) is not None)
-            for m in metrics:
-                if m not in ok:
-                    unsupported.setdefault(m, "not reported by this GPU")
-            if ok:
-                gpu.reads.append(_Read(ok, fn, every_s))
-                supported.update(ok)
-            return bool(ok)
-
-        if True:
-            add(("gpu_util", "mem_util"), lambda h: _util(mod, h))
-            # nvidia-smi's "used" is the v2 query's: v1 counts what the driver reserves as
-            # used (an idle H100: 453 MiB against nvidia-smi's 1 MiB). v1 only where v2 fails and v1 answers.
-            # `memory_query` says which query the stored "used" comes from (absent: neither answers).
-            query, why_v1 = _memory_query(mod, h)
-            if query == "v2":
-                if add(("mem_used_bytes", "mem_total_bytes", "mem_reserved_bytes"), lambda h: _mem_v2(mod, h)):
-                    info.properties["memory_query"] = "v2"
-            else:
-                unsupported.setdefault("mem_reserved_bytes", why_v1 or "")
-                if add(("mem_used_bytes", "mem_total_bytes"), lambda h: _mem(mod, h)):
-                    info.properties["memory_query"] = "v1"
-                    info.properties["memory_query_note"] = why_v1
-            add(("temp_c",), lambda h: {"temp_c": float(mod.nvmlDeviceGetTemperature(h, 0))})
-            add(("sm_clock_mhz",), lambda h: {"sm_clock_mhz": float(mod.nvmlDeviceGetClockInfo(h, 1))})
-            add(("mem_clock_mhz",), lambda h: {"mem_clock_mhz": float(mod.nvmlDeviceGetClockInfo(h, 2))})
-            add(("throttle_reasons",), lambda h: {"throttle_reasons": int(_throttle_fn(mod)(h))})
-            add(("fan_speed",), lambda h: {"fan_speed": percent_to_ratio(mod.nvmlDeviceGetFanSpeed(h))})
-            # fallbacks for what the field values did not give
-            if "power_w" not in supported:
-                add(("power_w",), lambda h: {"power_w": mod.nvmlDeviceGetPowerUsage(h) / 1000.0})
-            if "energy_j" not in supported:
-                add(("energy_j",), lambda h: {"energy_j": mod.nvmlDeviceGetTotalEnergyConsumption(h) / 1000.0})
-            if "power_limit_w" not in supported:
-                add(("power_limit_w",), lambda h: {"power_limit_w": mod.nvmlDeviceGetEnforcedPowerLimit(h) / 1000.0})
-        for name in ("power_instant_w", "mem_temp_c"):
-            if name not in supported:
-                unsupported.setdefault(name, field_errors.get(name, "not supported by this GPU"))
-        for name in ("ecc_corrected_errors", "ecc_uncorrected_errors"):
-            if name not in supported:
-                why = field_errors.get(name, "not supported by this GPU")
-                unsupported.setdefault(name, "no ECC on this GPU or ECC mode off (nvidia-smi -q -d ECC)"
-                                       if why == nvml_error_reason(_Err(_NOT_SUPPORTED)) else why)
-
-        # 3. GPM (Hopper+): SM / tensor / DRAM activity, and PCIe / NVLink rates when the
-        # counters above are missing
-        gpm_map = {GPM_SM_UTIL: "sm_active", GPM_SM_OCCUPANCY: "sm_occupancy",
-                   GPM_ANY_TENSOR_UTIL: "tensor_active", GPM_DRAM_BW_UTIL: "dram_bw_util"}
-        pcie_counters = "_pcie_tx" in fm and "_pcie_rx" in fm
-        nvl_counters = any(m.startswith("_nvl_") for m in fm)
-        if gpm_ok and not mig_on:
-            if not pcie_counters and not is_mig:
-                gpm_map.update({GPM_PCIE_TX_PER_SEC: "pcie_tx_bytes_per_s", GPM_PCIE_RX_PER_SEC: "pcie_rx_bytes_per_s"})
-            if not nvl_counters and not is_mig:
-                gpm_map.update({GPM_NVLINK_TOTAL_TX_PER_SEC: "xgmi_nvlink_tx_bytes_per_s",
-                                GPM_NVLINK_TOTAL_RX_PER_SEC: "xgmi_nvlink_rx_bytes_per_s"})
-            try:
-                gpu.gpm_samples = [mod.nvmlGpmSampleAlloc(), mod.nvmlGpmSampleAlloc()]
-                self._gpm_get(gpu, gpu.gpm_samples[0])
-                gpu.gpm_have_prev = True
-                gpu.gpm_last_mono = time.monotonic()
-                gpu.gpm_ids = gpm_map
-                supported.update(gpm_map.values())
-            except Exception as exc:
-                gpm_reason = f"needs GPM ({nvml_error_reason(exc)})"
-                gpu.gpm_ids = {}
-        elif gpm_ok and mig_on:
-            gpm_reason = "GPM is read per MIG instance while MIG is enabled"
-        for m in ("sm_active", "sm_occupancy", "tensor_active", "dram_bw_util"):
-            if m not in supported:
-                unsupported[m] = gpm_reason or "not supported by this GPU"
-
-        # 4. PCIe / NVLink rates
-        if pcie_counters:
-            supported |= {"pcie_tx_bytes_per_s", "pcie_rx_bytes_per_s", "pcie_bytes_per_s"}
-        elif "pcie_tx_bytes_per_s" in supported:
-            supported.add("pcie_bytes_per_s")
-        elif not is_mig:
-            # nvmlDeviceGetPcieThroughput blocks ~20 ms per direction: only at a slow pace
-            if add(("pcie_tx_bytes_per_s", "pcie_rx_bytes_per_s", "pcie_bytes_per_s"),
-                   lambda h: _pcie_throughput(mod, h), every_s=self.pcie_fallback_interval_s):
-                info.properties["pcie_sampled_every_s"] = self.pcie_fallback_interval_s
-        if nvl_counters:
-            supported |= {"xgmi_nvlink_tx_bytes_per_s", "xgmi_nvlink_rx_bytes_per_s"}
-        for m in ("pcie_tx_bytes_per_s", "pcie_rx_bytes_per_s", "pcie_bytes_per_s"):
-            if m not in supported:
-                unsupported.setdefault(m, field_errors.get("_pcie_tx", "not supported by this GPU"))
-        for m in ("xgmi_nvlink_tx_bytes_per_s", "xgmi_nvlink_rx_bytes_per_s"):
-            if m not in supported:
-                unsupported.setdefault(m, nvlink_reason if nvlinks == 0 else "not supported by this GPU")
-
-        # 5. per-process memory and SM utilisation (only filled while pids are watched)
-        try:
-            _running_processes(mod, h)
-            gpu.proc_reads = True
-            supported.add("proc_gpu_mem_bytes")
-            if mig_on or is_mig:
-                info.properties["process_memory_note"] = "NVML reports no per-process memory in MIG mode"
-        except Exception as exc:
-            if _code(exc) in _LOST_CODES:
-                raise _Lost(nvml_error_reason(exc)) from None
-            unsupported["proc_gpu_mem_bytes"] = unsupported["proc_gpu_util"] = nvml_error_reason(exc)
-        if gpu.proc_reads:
-            try:
-                mod.nvmlDeviceGetProcessUtilization(h, time.time_ns() // 1000 - 1_000_000)
-                gpu.proc_util = True
-            except Exception as exc:
-                if _code(exc) in _LOST_CODES:
-                    raise _Lost(nvml_error_reason(exc)) from None
-                gpu.proc_util = _code(exc) == _NOT_FOUND  # NotFound: no samples yet, but supported
-                if not gpu.proc_util:
-                    unsupported["proc_gpu_util"] = nvml_error_reason(exc)
-            if gpu.proc_util:
-                supported.add("proc_gpu_util")
-
-        info.supported = tuple(m for m in GPU_METRIC_NAMES if m in supported)
-        info.unsupported = {m: unsupported.get(m, "not supported by this GPU")
-                            for m in GPU_METRIC_NAMES if m not in supported}
-
-    def _open_migs(self, parent: _Gpu, gpm_ok: bool, gpm_reason: str) -> list[_Gpu]:
+    def _open_migs(self, parent: NvmlGpu, gpm_ok: bool, gpm_reason: str) -> list[NvmlGpu]:
         mod, h = self.nvml, parent.handle
-        out: list[_Gpu] = []
+        out: list[NvmlGpu] = []
         try:
             n = int(mod.nvmlDeviceGetMaxMigDeviceCount(h))
         except Exception as exc:
             parent.info.properties["mig_error"] = nvml_error_reason(exc)
-            self._degrade(parent.info.key, None, f"MIG instances not listed: {nvml_error_reason(exc)}", phase="probe")
+            self.degrade(parent.info.key, None, f"MIG instances not listed: {nvml_error_reason(exc)}", phase="probe")
             return out
         for j in range(n):
             try:
                 mh = mod.nvmlDeviceGetMigDeviceHandleByIndex(h, j)
             except Exception as exc:
-                if _code(exc) != _NOT_FOUND:
-                    self._degrade(parent.info.key, None, f"MIG slot {j}: {nvml_error_reason(exc)}", phase="probe")
+                if error_code(exc) != NvmlReturn.NOT_FOUND:
+                    self.degrade(parent.info.key, None, f"MIG slot {j}: {nvml_error_reason(exc)}", phase="probe")
                 continue
-            key = f"{parent.info.key}/mig{j}"
-            info = DeviceInfo(key=key, vendor="nvidia", kind="mig", parent=parent.info.key,
-                              index=parent.info.index, pci_bus_id=parent.info.pci_bus_id,
-                              pci_device_id=parent.info.pci_device_id,
-                              compute_capability=parent.info.compute_capability, warp_size=32)
-            info.name = _try(lambda: _s(mod.nvmlDeviceGetName(mh)))
-            info.uuid = _try(lambda: _s(mod.nvmlDeviceGetUUID(mh)))
-            mem = _try(lambda: mod.nvmlDeviceGetMemoryInfo(mh))
-            if mem is not None:
-                info.memory_total_bytes = int(mem.total)
-            gi = _try(lambda: int(mod.nvmlDeviceGetGpuInstanceId(mh)))
-            info.properties.update({"mig_slot": j, "gpu_instance_id": gi,
-                                    "compute_instance_id": _try(lambda: int(mod.nvmlDeviceGetComputeInstanceId(mh))),
-                                    "driver_version": self.driver_version})
-            g = _Gpu(info=info, handle=mh, parent_handle=h, gpu_instance_id=gi)
-            try:
-                self._probe_or_lose(g, gpm_ok and gi is not None and hasattr(mod, "nvmlGpmMigSampleGet"),
-                                    gpm_reason, is_mig=True)
-            except Exception as exc:  # never let one MIG instance stop the others
-                info.unsupported = {m: nvml_error_reason(exc) for m in GPU_METRIC_NAMES}
-                info.supported = ()
-            out.append(g)
+            out.append(self._open_mig(parent, j, mh, gpm_ok, gpm_reason))
         return out
 
-    def _time_counter_fields(self, gpu: _Gpu) -> None:
-        """Read each counter field on its own once (after the batched probe, so no first-call
-        set-up is timed); move a group with a field slower than :data:`SLOW_FIELD_S` to the slow
-        cadence, and say so in the device's properties (``devices --json``)."""
-        slow: dict[str, float] = {}
-        for prefixes in _COUNTER_GROUPS:
-            ids = [fid for fid in gpu.fields if gpu.field_metric[fid].startswith(prefixes)]
-            cost = 0.0
-            for fid in ids:
-                t0 = time.perf_counter()
-                try:
-                    self.nvml.nvmlDeviceGetFieldValues(gpu.handle, [fid])
-                except Exception:  # a failing read is the sampling's business, not the timing's
-                    continue
-                cost = max(cost, time.perf_counter() - t0)
-            if ids and cost > SLOW_FIELD_S:
-                gpu.slow_fields += ids
-                gpu.fields = [f for f in gpu.fields if f not in ids]
-                for fid in ids:
-                    slow[gpu.field_metric[fid].lstrip("_").rstrip("0123456789")] = round(cost * 1e3, 2)
-        if slow:
-            gpu.info.properties["slow_counters_read_every_s"] = self.slow_counter_interval_s
-            gpu.info.properties["slow_counters_ms_per_read"] = slow
+    def _open_mig(self, parent: NvmlGpu, j: int, mh: Any, gpm_ok: bool, gpm_reason: str) -> NvmlGpu:
+        """MIG instance ``j`` of ``parent`` (handle ``mh``): its identity, then its probe."""
+        mod, h = self.nvml, parent.handle
+        key = f"{parent.info.key}/mig{j}"
+        info = DeviceInfo(key=key, vendor="nvidia", kind="mig", parent=parent.info.key,
+                          index=parent.info.index, pci_bus_id=parent.info.pci_bus_id,
+                          pci_device_id=parent.info.pci_device_id,
+                          compute_capability=parent.info.compute_capability, warp_size=32)
+        info.name = try_or_none(lambda: nvml_text(mod.nvmlDeviceGetName(mh)))
+        info.uuid = try_or_none(lambda: nvml_text(mod.nvmlDeviceGetUUID(mh)))
+        mem = try_or_none(lambda: mod.nvmlDeviceGetMemoryInfo(mh))
+        if mem is not None:
+            info.memory_total_bytes = int(mem.total)
+        gi = try_or_none(lambda: int(mod.nvmlDeviceGetGpuInstanceId(mh)))
+        info.properties.update({"mig_slot": j, "gpu_instance_id": gi,
+                                "compute_instance_id": try_or_none(lambda: int(mod.nvmlDeviceGetComputeInstanceId(mh))),
+                                "driver_version": self.driver_version})
+        g = NvmlGpu(info=info, handle=mh, parent_handle=h, gpu_instance_id=gi)
+        try:
+            self._probe_or_lose(g, gpm_ok and gi is not None and hasattr(mod, "nvmlGpmMigSampleGet"),
+                                gpm_reason, is_mig=True)
+        except Exception as exc:  # never let one MIG instance stop the others
+            info.unsupported = {m: nvml_error_reason(exc) for m in GPU_METRIC_NAMES}
+            info.supported = ()
+        return g
 
     # ------------------------------------------------------------------ sampling
     def set_pids(self, pids: set[int] | frozenset[int]) -> None:
@@ -623,14 +330,14 @@ class NvmlCollector(Collector):
                 continue
             try:
                 out.append(self._sample_gpu(gpu))
-            except _Lost as lost:
+            except GpuLost as lost:
                 gpu.lost = gpu.info.lost = True
-                self._degrade(gpu.info.key, None, f"{lost.reason}: marked lost, no more samples from it",
+                self.degrade(gpu.info.key, None, f"{lost.reason}: marked lost, no more samples from it",
                               phase="lost")
                 out.append(Sample(gpu.info.key, now_ns(), {}, lost=True))
         return out
 
-    def _sample_gpu(self, gpu: _Gpu) -> Sample:
+    def _sample_gpu(self, gpu: NvmlGpu) -> Sample:
         mod, h, key = self.nvml, gpu.handle, gpu.info.key
         read_ns = now_ns()
         mono = time.monotonic()
@@ -649,12 +356,12 @@ class NvmlCollector(Collector):
             raw: dict[str, tuple[float, int]] = {}
             for fid, fv in zip(ids, fvs):
                 name = gpu.field_metric[fid]
-                if fv.nvmlReturn != 0:
-                    if fv.nvmlReturn in _LOST_CODES:
-                        raise _Lost(nvml_error_reason(_Err(fv.nvmlReturn)))
-                    self._degrade(key, name.lstrip("_"), nvml_error_reason(_Err(fv.nvmlReturn)))
+                if fv.nvmlReturn != NvmlReturn.SUCCESS:
+                    if fv.nvmlReturn in LOST_CODES:
+                        raise GpuLost(nvml_error_reason(NvmlStatusError(fv.nvmlReturn)))
+                    self.degrade(key, name.lstrip("_"), nvml_error_reason(NvmlStatusError(fv.nvmlReturn)))
                     continue
-                v = _fv_value(fv)
+                v = field_value(fv)
                 if v is None:
                     continue
                 ts = int(fv.timestamp) * 1000 if fv.timestamp else read_ns
@@ -702,19 +409,19 @@ class NvmlCollector(Collector):
                 values["proc_gpu_mem_bytes"] = sum(mems) if mems else (0 if not procs else None)
                 if gpu.proc_util:
                     values["proc_gpu_util"] = min(sum(utils), 1.0) if utils else (0.0 if not procs else None)
-                return Sample(key, _pick_ts(vendor_ts, read_ns), values, processes=tuple(procs))
-        return Sample(key, _pick_ts(vendor_ts, read_ns), values)
+                return Sample(key, pick_ts_ns(vendor_ts, read_ns), values, processes=tuple(procs))
+        return Sample(key, pick_ts_ns(vendor_ts, read_ns), values)
 
-    def _read_failed(self, gpu: _Gpu, what: str, exc: BaseException) -> bool:
-        """Handle a failed read: raise _Lost for a lost GPU; report once; True when the read
+    def _read_failed(self, gpu: NvmlGpu, what: str, exc: BaseException) -> bool:
+        """Handle a failed read: raise GpuLost for a lost GPU; report once; True when the read
         should leave the plan for good."""
-        code = _code(exc)
-        if code in _LOST_CODES:
-            raise _Lost(nvml_error_reason(exc))
-        self._degrade(gpu.info.key, what, nvml_error_reason(exc))
-        return code in _PERMANENT_CODES
+        code = error_code(exc)
+        if code in LOST_CODES:
+            raise GpuLost(nvml_error_reason(exc))
+        self.degrade(gpu.info.key, what, nvml_error_reason(exc))
+        return code in PERMANENT_CODES
 
-    def _rate(self, gpu: _Gpu, name: str, cur: tuple[float, int] | None) -> float | None:
+    def _rate(self, gpu: NvmlGpu, name: str, cur: tuple[float, int] | None) -> float | None:
         """Bytes per second from a byte counter and its timestamp; None on the first reading,
         when the counter has not moved on in time, or went backwards (wrap or reset)."""
         if cur is None:
@@ -728,18 +435,11 @@ class NvmlCollector(Collector):
             return None
         return dv / (dt / 1e9)
 
-    def _gpm_get(self, gpu: _Gpu, sample: Any) -> None:
-        mod = self.nvml
-        if gpu.info.kind == "mig":
-            mod.nvmlGpmMigSampleGet(gpu.parent_handle, gpu.gpu_instance_id, sample)
-        else:
-            mod.nvmlGpmSampleGet(gpu.handle, sample)
-
-    def _gpm_metrics(self, gpu: _Gpu, mono: float) -> dict[str, float | None]:
+    def _gpm_metrics(self, gpu: NvmlGpu, mono: float) -> dict[str, float | None]:
         mod = self.nvml
         prev, cur = gpu.gpm_samples
         try:
-            self._gpm_get(gpu, cur)
+            gpm_sample_get(self.nvml, gpu, cur)
         except Exception as exc:
             if self._read_failed(gpu, "gpm", exc):
                 gpu.gpm_ids = {}
@@ -758,8 +458,8 @@ class NvmlCollector(Collector):
             for i, mid in enumerate(ids):
                 name = gpu.gpm_ids[mid]
                 m = mg.metrics[i]
-                if m.nvmlReturn != 0:
-                    self._degrade(gpu.info.key, name, "GPM: " + nvml_error_reason(_Err(m.nvmlReturn)))
+                if m.nvmlReturn != NvmlReturn.SUCCESS:
+                    self.degrade(gpu.info.key, name, "GPM: " + nvml_error_reason(NvmlStatusError(m.nvmlReturn)))
                     continue
                 v = float(m.value)
                 if name.endswith("_bytes_per_s"):
@@ -773,10 +473,10 @@ class NvmlCollector(Collector):
         gpu.gpm_samples = [cur, prev]  # the newest sample opens the next window
         return out
 
-    def _processes(self, gpu: _Gpu) -> list[ProcessSample] | None:
+    def _processes(self, gpu: NvmlGpu) -> list[ProcessSample] | None:
         mod, h = self.nvml, gpu.handle
         try:
-            running = _running_processes(mod, h)
+            running = running_processes(mod, h)
         except Exception as exc:
             if self._read_failed(gpu, "processes", exc):
                 gpu.proc_reads = False
@@ -803,12 +503,12 @@ class NvmlCollector(Collector):
                     if pid in self._pids and r is not None and ts >= newest.get(pid, 0):
                         newest[pid], util[pid] = ts, r  # the newest sample of each pid wins
             except Exception as exc:
-                if _code(exc) != _NOT_FOUND:  # NotFound: no process ran a kernel since `since`
+                if error_code(exc) != NvmlReturn.NOT_FOUND:  # NotFound: no process ran a kernel since `since`
                     util_ok = False
-                    if _code(exc) in _LOST_CODES:
-                        raise _Lost(nvml_error_reason(exc)) from None
-                    if self._degrade(gpu.info.key, "proc_gpu_util", nvml_error_reason(exc)) and \
-                            _code(exc) in _PERMANENT_CODES:
+                    if error_code(exc) in LOST_CODES:
+                        raise GpuLost(nvml_error_reason(exc)) from None
+                    if self.degrade(gpu.info.key, "proc_gpu_util", nvml_error_reason(exc)) and \
+                            error_code(exc) in PERMANENT_CODES:
                         gpu.proc_util = False
         pids = sorted(set(mem) | set(util))
         return [ProcessSample(pid=p, gpu_mem_bytes=mem.get(p),

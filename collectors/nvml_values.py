@@ -3,71 +3,115 @@ collector: field values, timestamps, memory queries (v1/v2), processes. Pure fun
 a pynvml-compatible module; nothing here imports pynvml."""
 from __future__ import annotations
 
+import enum
 from collections.abc import Callable
 from typing import Any
 
 from .base import percent_to_ratio
 
+__all__ = [
+    "LOST_CODES",
+    "NO_V2_CODES",
+    "PCIE_UTIL_RX_BYTES",
+    "PCIE_UTIL_TX_BYTES",
+    "PERMANENT_CODES",
+    "REASONS",
+    "NvmlReturn",
+    "NvmlStatusError",
+    "error_code",
+    "field_value",
+    "memory_query",
+    "nvml_error_reason",
+    "nvml_text",
+    "pick_ts_ns",
+    "read_memory_v1",
+    "read_memory_v2",
+    "read_pcie_throughput",
+    "read_utilization",
+    "running_processes",
+    "throttle_reasons_fn",
+    "try_or_none",
+]
+
 _KIB = 1024
 
-# NVML return codes (pynvml.NVML_ERROR_*), fixed by the C API.
-_NOT_SUPPORTED = 3
-_NO_PERMISSION = 4
-_NOT_FOUND = 6
-_DRIVER_NOT_LOADED = 9
-_LIBRARY_NOT_FOUND = 12
-_FUNCTION_NOT_FOUND = 13
-_GPU_IS_LOST = 15
-_RESET_REQUIRED = 16
-_LIB_RM_VERSION_MISMATCH = 18
-_GPU_NOT_FOUND = 28
-_LOST_CODES = frozenset({_GPU_IS_LOST, _RESET_REQUIRED, _GPU_NOT_FOUND})
+
+class NvmlReturn(enum.IntEnum):
+    """The NVML return codes gpuscope names (``nvmlReturn_t`` in nvml.h, ``pynvml.NVML_SUCCESS``
+    and ``NVML_ERROR_*``), fixed by the C API. The one place these numbers are written: the
+    reasons, the lost and permanent sets and the collector all name them from here. An
+    ``IntEnum``, so a code is compared with the plain ints pynvml raises and returns."""
+
+    SUCCESS = 0
+    INVALID_ARGUMENT = 2
+    NOT_SUPPORTED = 3
+    NO_PERMISSION = 4
+    NOT_FOUND = 6
+    DRIVER_NOT_LOADED = 9
+    TIMEOUT = 10
+    LIBRARY_NOT_FOUND = 12
+    FUNCTION_NOT_FOUND = 13
+    GPU_IS_LOST = 15
+    RESET_REQUIRED = 16
+    LIB_RM_VERSION_MISMATCH = 18
+    ARGUMENT_VERSION_MISMATCH = 25
+    GPU_NOT_FOUND = 28
+
+
+#: codes after which the GPU is taken as gone: marked lost, no more samples from it
+LOST_CODES = frozenset({NvmlReturn.GPU_IS_LOST, NvmlReturn.RESET_REQUIRED, NvmlReturn.GPU_NOT_FOUND})
 #: codes that mean "this device will never give this value": drop the read from the plan
-_PERMANENT_CODES = frozenset({_NOT_SUPPORTED, _NO_PERMISSION, _FUNCTION_NOT_FOUND, 2})
+PERMANENT_CODES = frozenset({NvmlReturn.NOT_SUPPORTED, NvmlReturn.NO_PERMISSION, NvmlReturn.FUNCTION_NOT_FOUND,
+                             NvmlReturn.INVALID_ARGUMENT})
 
 
-def _code(exc: BaseException) -> int | None:
+def error_code(exc: BaseException) -> int | None:
+    """The NVML return code an exception carries (pynvml's ``NVMLError.value``, a
+    :class:`NvmlStatusError`'s), None for any other exception."""
     v = getattr(exc, "value", None)
     return v if isinstance(v, int) else None
 
 
 #: User-facing reasons for the NVML error codes a user meets.
-_REASONS = {
-    _LIBRARY_NOT_FOUND: "NVML library (libnvidia-ml.so.1) not found: no NVIDIA driver installed",
-    _DRIVER_NOT_LOADED: "NVML: NVIDIA driver not loaded",
-    _NO_PERMISSION: "no permission (NVML: Insufficient Permissions)",
-    _LIB_RM_VERSION_MISMATCH:
+REASONS: dict[int, str] = {
+    NvmlReturn.LIBRARY_NOT_FOUND: "NVML library (libnvidia-ml.so.1) not found: no NVIDIA driver installed",
+    NvmlReturn.DRIVER_NOT_LOADED: "NVML: NVIDIA driver not loaded",
+    NvmlReturn.NO_PERMISSION: "no permission (NVML: Insufficient Permissions)",
+    NvmlReturn.LIB_RM_VERSION_MISMATCH:
         "NVML/driver version mismatch: the driver was upgraded without reloading the kernel module (reboot)",
-    _NOT_SUPPORTED: "not supported by this GPU",
-    _FUNCTION_NOT_FOUND: "not in this driver's NVML (function not found; nvidia-ml-py newer than the driver)",
-    _GPU_IS_LOST: "GPU is lost (fell off the bus)",
-    2: "not available on this device (invalid argument, e.g. in MIG mode)",
+    NvmlReturn.NOT_SUPPORTED: "not supported by this GPU",
+    NvmlReturn.FUNCTION_NOT_FOUND:
+        "not in this driver's NVML (function not found; nvidia-ml-py newer than the driver)",
+    NvmlReturn.GPU_IS_LOST: "GPU is lost (fell off the bus)",
+    NvmlReturn.INVALID_ARGUMENT: "not available on this device (invalid argument, e.g. in MIG mode)",
 }
 
 
 def nvml_error_reason(exc: BaseException) -> str:
     """A user-facing reason for an NVML error (init or a read)."""
-    code = _code(exc)
-    if code in _REASONS:
-        return _REASONS[code]
+    code = error_code(exc)
+    if code in REASONS:
+        return REASONS[code]
     if type(exc).__name__ == "NVMLLibraryMismatchError":
         return "nvidia-ml-py newer than the driver's NVML (library mismatch)"
     name = type(exc).__name__
     return f"{name}: {exc}" if code is None else f"NVML error {code}: {exc}"
 
 
-class _Err(Exception):
-    """An NVML status from a field value or GPM metric, shaped like pynvml's NVMLError."""
+class NvmlStatusError(Exception):
+    """An NVML status from a field value or GPM metric, shaped like pynvml's NVMLError (its
+    code in ``value``), so that :func:`nvml_error_reason` words it the same way."""
 
     def __init__(self, value: int) -> None:
-        super().__init__(value)
-        self.value = value
+        super().__init__(int(value))
+        self.value = int(value)
 
     def __str__(self) -> str:
         return f"status {self.value}"
 
 
-def _s(v: Any) -> str | None:
+def nvml_text(v: Any) -> str | None:
+    """A string NVML gave (bytes in older bindings, NUL-padded), None for None."""
     if v is None:
         return None
     if isinstance(v, bytes):
@@ -75,51 +119,59 @@ def _s(v: Any) -> str | None:
     return str(v)
 
 
-def _try(fn: Callable[[], Any]) -> Any:
+def try_or_none(fn: Callable[[], Any]) -> Any:
+    """``fn()``, or None when it raises (an identity query a GPU or driver may not answer)."""
     try:
         return fn()
     except Exception:
         return None
 
 
+# nvmlValueType_t -> the member of nvmlValue_t that holds the value
 _VALUE_ATTR = {0: "dVal", 1: "uiVal", 2: "ulVal", 3: "ullVal", 4: "sllVal", 5: "siVal", 6: "usVal"}
 
 
-def _fv_value(fv: Any) -> float | int | None:
+def field_value(fv: Any) -> float | int | None:
+    """The value of one ``nvmlFieldValue_t`` (in the member its ``valueType`` names)."""
     attr = _VALUE_ATTR.get(int(fv.valueType))
     return getattr(fv.value, attr) if attr else None
 
 
-def _pick_ts(vendor_ts: int, read_ns: int) -> int:
-    # NVML field timestamps are CPU µs since the epoch; trust them when they are near the read
-    if vendor_ts and read_ns - 10_000_000_000 < vendor_ts <= read_ns + 1_000_000_000:
-        return vendor_ts
+def pick_ts_ns(vendor_ts_ns: int, read_ns: int) -> int:
+    """A row's timestamp: the newest field timestamp NVML gave, where it is near the read
+    (NVML field timestamps are CPU µs since the epoch), else the host clock at the read."""
+    if vendor_ts_ns and read_ns - 10_000_000_000 < vendor_ts_ns <= read_ns + 1_000_000_000:
+        return vendor_ts_ns
     return read_ns
 
 
-def _util(mod: Any, h: Any) -> dict[str, float | None]:
+def read_utilization(mod: Any, h: Any) -> dict[str, float | None]:
+    """``gpu_util`` and ``mem_util`` (0..1) of one device."""
     u = mod.nvmlDeviceGetUtilizationRates(h)
     return {"gpu_util": percent_to_ratio(u.gpu), "mem_util": percent_to_ratio(u.memory)}
 
 
-def _mem(mod: Any, h: Any) -> dict[str, int]:
+def read_memory_v1(mod: Any, h: Any) -> dict[str, int]:
+    """Memory used and total through the v1 query (its "used" counts the driver's reservation)."""
     m = mod.nvmlDeviceGetMemoryInfo(h)
     return {"mem_used_bytes": int(m.used), "mem_total_bytes": int(m.total)}
 
 
-def _mem_v2(mod: Any, h: Any) -> dict[str, int]:
+def read_memory_v2(mod: Any, h: Any) -> dict[str, int]:
+    """Memory used, total and reserved by the driver through the v2 query (nvidia-smi's "used")."""
     m = mod.nvmlDeviceGetMemoryInfo(h, version=mod.nvmlMemory_v2)
     return {"mem_used_bytes": int(m.used), "mem_total_bytes": int(m.total), "mem_reserved_bytes": int(m.reserved)}
 
 
-#: Errors of the v2 memory query that mean "this driver has no v2": NVML_ERROR_FUNCTION_NOT_FOUND
-#: (no nvmlDeviceGetMemoryInfo_v2 symbol, drivers before R510), ARGUMENT_VERSION_MISMATCH (25),
+#: Errors of the v2 memory query that mean "this driver has no v2": FUNCTION_NOT_FOUND (no
+#: nvmlDeviceGetMemoryInfo_v2 symbol, drivers before R510), ARGUMENT_VERSION_MISMATCH,
 #: NOT_SUPPORTED.
-_NO_V2_CODES = frozenset({_FUNCTION_NOT_FOUND, 25, _NOT_SUPPORTED})
+NO_V2_CODES = frozenset({NvmlReturn.FUNCTION_NOT_FOUND, NvmlReturn.ARGUMENT_VERSION_MISMATCH,
+                         NvmlReturn.NOT_SUPPORTED})
 _V1_NOTE = "used memory includes what the driver reserves"
 
 
-def _memory_query(mod: Any, h: Any) -> tuple[str, str | None]:
+def memory_query(mod: Any, h: Any) -> tuple[str, str | None]:
     """``("v2", None)`` when the v2 memory query answers, else ``("v1", why)``.
 
     v1 is chosen only where it answers itself: a v2 failure whose v1 fails too stays "v2", so
@@ -129,32 +181,40 @@ def _memory_query(mod: Any, h: Any) -> tuple[str, str | None]:
     try:
         mod.nvmlDeviceGetMemoryInfo(h, version=mod.nvmlMemory_v2)
     except Exception as exc:
-        code = _code(exc)
-        if code in _LOST_CODES:
+        code = error_code(exc)
+        if code in LOST_CODES:
             return "v2", None  # the probe of the read says the GPU is lost
         try:
             mod.nvmlDeviceGetMemoryInfo(h)
         except Exception:
             return "v2", None
-        if code in _NO_V2_CODES or code is None:
+        if code in NO_V2_CODES or code is None:
             return "v1", f"the driver has no v2 memory query ({nvml_error_reason(exc)}): {_V1_NOTE}"
         # other errors of v2 alone (UNKNOWN under WSL) would fail every tick: v1 answers
         return "v1", f"the v2 memory query fails on this device ({nvml_error_reason(exc)}): {_V1_NOTE}"
     return "v2", None
 
 
-def _throttle_fn(mod: Any) -> Callable[[Any], int]:
+def throttle_reasons_fn(mod: Any) -> Callable[[Any], int]:
+    """The throttle-reasons getter of this binding (renamed "clocks event reasons" in newer ones)."""
     fn = getattr(mod, "nvmlDeviceGetCurrentClocksEventReasons", None)
     return fn if fn is not None else mod.nvmlDeviceGetCurrentClocksThrottleReasons
 
 
-def _pcie_throughput(mod: Any, h: Any) -> dict[str, float]:
-    tx = mod.nvmlDeviceGetPcieThroughput(h, 0) * _KIB  # KB/s (KiB) -> B/s
-    rx = mod.nvmlDeviceGetPcieThroughput(h, 1) * _KIB
+#: nvmlPcieUtilCounter_t: the direction nvmlDeviceGetPcieThroughput measures
+PCIE_UTIL_TX_BYTES = 0
+PCIE_UTIL_RX_BYTES = 1
+
+
+def read_pcie_throughput(mod: Any, h: Any) -> dict[str, float]:
+    """PCIe tx, rx and their sum in bytes/s (NVML samples ~20 ms per direction: call it seldom)."""
+    tx = mod.nvmlDeviceGetPcieThroughput(h, PCIE_UTIL_TX_BYTES) * _KIB  # KB/s (KiB) -> B/s
+    rx = mod.nvmlDeviceGetPcieThroughput(h, PCIE_UTIL_RX_BYTES) * _KIB
     return {"pcie_tx_bytes_per_s": float(tx), "pcie_rx_bytes_per_s": float(rx), "pcie_bytes_per_s": float(tx + rx)}
 
 
-def _running_processes(mod: Any, h: Any) -> list[Any]:
+def running_processes(mod: Any, h: Any) -> list[Any]:
+    """The compute and graphics processes on one device, each pid once."""
     procs = list(mod.nvmlDeviceGetComputeRunningProcesses(h))
     try:
         procs += list(mod.nvmlDeviceGetGraphicsRunningProcesses(h))

@@ -61,12 +61,6 @@ class Recording:
         return sum(len(t) for t in self.ticks)
 
 
-def _open_text(path: Path, mode: str) -> IO[str]:
-    if path.name.endswith(".gz"):
-        return io.TextIOWrapper(gzip.open(path, mode + "b"), encoding="utf-8")
-    return open(path, mode, encoding="utf-8")
-
-
 #: The most text a recording may hold once inflated: an hour of 9 devices at 100 Hz is ~1 GB;
 #: a gzip bomb (or a link to /dev/zero's like) stops here instead of filling the memory.
 MAX_RECORDING_TEXT_BYTES = 2 * 2**30
@@ -80,7 +74,7 @@ def _read_lines(path: Path) -> list[str]:
 
     raw = open_regular(path, "recording file")
     try:
-        binary: IO[bytes] = gzip.GzipFile(fileobj=raw, mode="rb") if path.name.endswith(".gz") else raw
+        binary: gzip.GzipFile | IO[bytes] = gzip.GzipFile(fileobj=raw, mode="rb") if path.name.endswith(".gz") else raw
         lines, size = [], 0
         for line in io.TextIOWrapper(binary, encoding="utf-8"):
             size += len(line)
@@ -164,11 +158,11 @@ class RecordingWriter:
         self._out = AtomicWriter(self.path)
         self._gz: gzip.GzipFile | None = None
         try:
-            raw: IO[bytes] = self._out.file
+            raw: gzip.GzipFile | IO[bytes] = self._out.file
             if self.path.name.endswith(".gz"):
-                self._gz = gzip.GzipFile(filename="", fileobj=raw, mode="wb")
-                raw = self._gz  # type: ignore[assignment]
-            self._f: IO[str] = io.TextIOWrapper(raw, encoding="utf-8")  # type: ignore[arg-type]
+                self._gz = gzip.GzipFile(filename="", fileobj=self._out.file, mode="wb")
+                raw = self._gz
+            self._f = io.TextIOWrapper(raw, encoding="utf-8")
         except BaseException:
             self._out.discard()
             raise

@@ -23,7 +23,7 @@ def _find_checkout_subpackages() -> None:
     root = os.path.dirname(here)
     if not os.path.isdir(os.path.join(here, "collectors")) and \
             os.path.isfile(os.path.join(root, "collectors", "__init__.py")):
-        __path__.append(root)  # type: ignore[name-defined]  # noqa: F821
+        __path__.append(root)
 
 
 _find_checkout_subpackages()

@@ -16,7 +16,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .run.bootstrap import load_child_side
 
@@ -27,7 +27,10 @@ __all__ = ["profile", "mark"]
 # gpuscope's own file under the same name. Light: no torch, no store, no CLI.
 _boot = load_child_side()
 _contract = _boot.contract
-Window = _boot.Window
+if TYPE_CHECKING:  # the same class; a checker cannot follow the module loaded at run time
+    from .run.bootstrap._gpuscope_boot import Window
+else:
+    Window = _boot.Window
 
 
 @contextmanager

@@ -1,8 +1,14 @@
-"""Typed errors. The CLI maps :class:`InputError` to exit code 2 and one line on stderr;
-a :class:`ParameterError` first has its quantities spelled as the command's flags."""
+"""Every error gpuscope raises on purpose, in one module (docs/architecture.md, "Errors").
+
+The CLI maps :class:`InputError` and :class:`StoreError` to exit code 2 and one line on stderr,
+any other :class:`GpuscopeError` to exit code 1 and one line; a :class:`ParameterError` first
+has its quantities spelled as the command's flags. The TUI and the exporters catch the same
+classes and show them in their own words.
+"""
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 
@@ -23,6 +29,16 @@ class InputError(GpuscopeError):
         self.message = message
 
 
+class RunNotFoundError(InputError):
+    """No run of the store has this id or name: unusable input (exit 2), like any unknown run
+    reference. ``run`` is what was asked for (an id, or the text a user typed)."""
+
+    def __init__(self, run: int | str, source: str | None = None,
+                 message: str = "no such run id or name (see `gpuscope runs`)") -> None:
+        super().__init__(source if source is not None else f"run {run!r}", message)
+        self.run = run
+
+
 class StoreError(GpuscopeError):
     """The store cannot be opened or used (locked by another writer, newer schema, ...)."""
 
@@ -30,6 +46,27 @@ class StoreError(GpuscopeError):
 class StoreBusyError(StoreError):
     """Another process holds the store's write lock (retried for a while first): a reader that
     can wait (the TUI) tries again later."""
+
+
+class StoreWriteError(GpuscopeError):
+    """The store's file system refused a write while working (no space left, quota, I/O error):
+    a failure, not bad input (exit 1). The write was all or nothing, so the store is as it was."""
+
+    def __init__(self, path: Path | str, reason: str) -> None:
+        super().__init__(f"{path}: cannot write to the store ({reason}); the store is as it was")
+        self.path = str(path)
+        self.reason = reason
+
+
+class StoreReadOnlyError(StoreError):
+    """The store cannot be written at all (a read-only file system, file or folder): unusable
+    input for a command that writes (exit 2); commands that only read still work."""
+
+    def __init__(self, path: Path | str, reason: str, *, new: bool = False) -> None:
+        super().__init__(f"{path}: cannot create the store ({reason})" if new
+                         else f"{path}: cannot write to the store ({reason}); the store is as it was")
+        self.path = str(path)
+        self.reason = reason
 
 
 class ParameterError(InputError):

@@ -34,7 +34,9 @@ _COMMUNICATION = re.compile(COMMUNICATION_KERNEL_RE, re.I)
 
 def is_communication_kernel(name: str | None) -> bool:
     """True when the kernel ``name`` is a collective or point-to-point transfer."""
-    return bool(name) and _COMMUNICATION.search(name) is not None
+    if not name:
+        return False
+    return _COMMUNICATION.search(name) is not None
 
 
 def category_sql(kind: str = "kind", name: str = "name") -> str:

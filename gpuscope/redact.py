@@ -286,7 +286,7 @@ class _Raw(str):
     """A JSON number or constant, kept as it was written."""
 
 
-class _Obj(list):  # type: ignore[type-arg]
+class _Obj(list):
     """A JSON object as its (key, value) pairs, duplicate keys kept: the walk must see each one."""
 
 

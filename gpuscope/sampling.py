@@ -51,7 +51,15 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from .collectors.base import Collector, CollectorUnavailable, Degradation, DeviceInfo, Sample, VendorStatus
+from .collectors.base import (
+    Collector,
+    CollectorUnavailable,
+    Degradation,
+    DeviceInfo,
+    Sample,
+    VendorStatus,
+    WatchedProcesses,
+)
 from .errors import GpuscopeError
 from .sinks.base import SampleBatch, SamplerInfo, SamplerStats, Sink
 
@@ -141,14 +149,15 @@ def _percentile(values: Sequence[float], q: float) -> float | None:
 class Sampler:
     """Drives ``collectors`` at ``interval_s`` and hands the rows to ``sinks``.
 
-    ``tree``: the watched process tree; its pids go to every collector (per-process GPU memory
-    and utilisation). ``on_degradation`` is called (from the sampling thread) once per new
+    ``tree``: which processes to watch (a :class:`~gpuscope.collectors.base.WatchedProcesses`:
+    a :class:`~gpuscope.collectors.ProcessTree`, every process, ...); asked each tick, its pids
+    go to every collector when they change (per-process GPU memory and utilisation). ``on_degradation`` is called (from the sampling thread) once per new
     degradation, e.g. to print it. Collectors are opened by :meth:`start` unless already open,
     and closed by :meth:`stop`.
     """
 
     def __init__(self, collectors: Sequence[Collector], sinks: Sequence[Sink] = (), *,
-                 interval_s: float = DEFAULT_INTERVAL_S, batch_s: float = 0.5, tree: Any = None,
+                 interval_s: float = DEFAULT_INTERVAL_S, batch_s: float = 0.5, tree: WatchedProcesses | None = None,
                  on_degradation: Callable[[Degradation], None] | None = None,
                  max_ticks: int | None = None, hang_s: float | None = None,
                  open_timeout_s: float = OPEN_TIMEOUT_S) -> None:
@@ -236,7 +245,7 @@ class Sampler:
                 keys.add(d.key)
                 self.devices.append(d)
             if c.min_interval_s > self.interval_s:
-                c._degrade(None, None, f"sampled every {self.interval_s:g} s, but this source refreshes at most "
+                c.degrade(None, None, f"sampled every {self.interval_s:g} s, but this source refreshes at most "
                                        f"every {c.min_interval_s:g} s")
         attach_specs(self.devices)
         self.stats.devices = len(self.devices)
@@ -446,7 +455,7 @@ class Sampler:
             try:
                 got = c.sample()
             except Exception as exc:  # a collector bug must not stop the others
-                c._degrade(None, None, f"sample() failed: {type(exc).__name__}: {exc}")
+                c.degrade(None, None, f"sample() failed: {type(exc).__name__}: {exc}")
                 got = []
             back = None
             with self._lock:

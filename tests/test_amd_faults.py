@@ -30,7 +30,7 @@ import pytest
 from fakes.fake_amdsmi import TABLES, FakeAmdSmi
 from gpuscope.collectors import AmdCollector, CollectorUnavailable
 from gpuscope.collectors import amd_smi_cli
-from gpuscope.collectors.amd_smi_cli import AmdSmiCliCollector, _default_runner
+from gpuscope.collectors.amd_smi_cli import AmdSmiCliCollector, AmdSmiRunner
 from gpuscope.metrics import GPU_METRIC_NAMES
 
 REAL: dict[str, dict[str, Any]] = json.loads((TABLES / "amdsmi_cli_real_outputs.json").read_text())["outputs"]
@@ -403,7 +403,7 @@ def test_invalid_utf8_from_a_real_amd_smi_is_read(tmp_path: Path) -> None:
     out = tmp_path / "metric.out"
     out.write_bytes(b"\xff\xfe noise \xe9\n" + REAL["w7700_usage"]["stdout"].encode())
     exe = _script(tmp_path, f'cat "{out}"\n')
-    c = AmdSmiCliCollector(_default_runner(exe), threaded=False)
+    c = AmdSmiCliCollector(AmdSmiRunner(exe), threaded=False)
     (dev,) = c.open()
     (row,) = c.sample()
     assert row.values["gpu_util"] == 0.42  # the recorded reading

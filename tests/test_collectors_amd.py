@@ -276,9 +276,9 @@ def _fake_amd_smi(tmp_path: Path, metric: str, static: str | None = None) -> str
 
 
 def _cli_collector(exe: str) -> AmdSmiCliCollector:
-    from gpuscope.collectors.amd_smi_cli import _default_runner
+    from gpuscope.collectors.amd_smi_cli import AmdSmiRunner
 
-    return AmdSmiCliCollector(_default_runner(exe), threaded=False)
+    return AmdSmiCliCollector(AmdSmiRunner(exe), threaded=False)
 
 
 def test_real_w7700_output_is_read(tmp_path: Path) -> None:

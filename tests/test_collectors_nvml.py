@@ -405,7 +405,7 @@ def test_the_fake_memory_queries_behave_like_real_nvidia_ml_py(monkeypatch, v2: 
     """The real binding over a stub library: what it raises without the v2 symbol, and what the
     collector's queries make of its structs, are what the fake gives."""
     pynvml = pytest.importorskip("pynvml")
-    from gpuscope.collectors.nvml import _mem, _mem_v2, _memory_query
+    from gpuscope.collectors.nvml_values import memory_query, read_memory_v1, read_memory_v2
 
     fake = FakeNvml("nvml_h100x8_nvsmi_dump.json", epoch_us=EPOCH_US)
     fake.nvmlInit()
@@ -415,8 +415,8 @@ def test_the_fake_memory_queries_behave_like_real_nvidia_ml_py(monkeypatch, v2: 
     assert pynvml.nvmlMemory_v2 == fake.nvmlMemory_v2
     for mod in (pynvml, fake):
         if v2:
-            assert _memory_query(mod, h) == ("v2", None)
-            assert _mem_v2(mod, h) == {"mem_used_bytes": MIB, "mem_total_bytes": 81559 * MIB,
+            assert memory_query(mod, h) == ("v2", None)
+            assert read_memory_v2(mod, h) == {"mem_used_bytes": MIB, "mem_total_bytes": 81559 * MIB,
                                        "mem_reserved_bytes": 454 * MIB}
             # the bare structure version (2) is refused: FUNCTION_NOT_FOUND from the driver
             # (gpuopenanalytics/pynvml issue #59, jp7677/dxvk-nvapi pull request #198)
@@ -430,9 +430,9 @@ def test_the_fake_memory_queries_behave_like_real_nvidia_ml_py(monkeypatch, v2: 
                 mod.nvmlDeviceGetMemoryInfo(h, version=mod.nvmlMemory_v2)
             assert type(exc.value).__name__ == "NVMLError_FunctionNotFound"
             assert exc.value.value == pynvml.NVML_ERROR_FUNCTION_NOT_FOUND
-            query, why = _memory_query(mod, h)
+            query, why = memory_query(mod, h)
             assert query == "v1" and "function not found" in why
-        assert _mem(mod, h)["mem_used_bytes"] == 455 * MIB  # v1: the reservation counted as used
+        assert read_memory_v1(mod, h)["mem_used_bytes"] == 455 * MIB  # v1: the reservation counted as used
 
 
 # (table, uuid or None, index, what device_clocks gives): GPUs 0 and 1 of the recorded nvidia-smi

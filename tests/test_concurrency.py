@@ -63,7 +63,7 @@ def test_monitor_runs_ingests_and_readers_share_a_store(tmp_path: Path) -> None:
             tui.close()
     assert failures == []
     assert monitor.returncode == 0, mon_err
-    for r, (out, err) in zip(runs, outs):
+    for r, (_, err) in zip(runs, outs):
         assert r.returncode == 0, err
     assert ingests >= 2 and reads >= 4
     q = subprocess.run([PY, "-m", "gpuscope", "sql", "--db", str(db), "--json",

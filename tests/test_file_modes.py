@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import FIXTURES, kernel, run_cli, write_trace
+from conftest import kernel, run_cli, write_trace
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -149,15 +149,17 @@ def test_gap_text_table(tmp_path: Path, db: Path, tiny_config: Path, monkeypatch
 
 def test_tokens_and_batch_from_marks(tmp_path: Path, db: Path, tiny_config: Path) -> None:
     from gpuscope import store
+    from gpuscope.store.read import AnnotationRow
     from gpuscope.store.telemetry import insert_annotations
 
     run_cli("ingest", str(_decode_trace(tmp_path / "t.json", base_ns=BASE_NS)))
 
-    def mark(ts_us: float, value: dict[str, Any]) -> tuple[Any, ...]:
-        return (1, None, "mark", "step", BASE_NS + int(ts_us * 1000), None, None, "42", None, json.dumps(value))
+    def mark(ts_us: float, value: dict[str, Any]) -> AnnotationRow:
+        return AnnotationRow(kind="mark", name="step", ts_ns=BASE_NS + int(ts_us * 1000), dur_ns=None,
+                             device_id=None, pid="42", value=value)
 
     with store.writing(db) as con:
-        insert_annotations(con, [
+        insert_annotations(con, 1, [
             mark(100, {"phase": "decode", "tokens": 8}), mark(150, {"phase": "prefill", "prompt_tokens": 64}),
             mark(200, {"phase": "decode", "tokens": 8}),
             mark(5e6, {"phase": "decode", "tokens": 8}),  # 5 s later: outside the traced window

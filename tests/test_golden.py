@@ -4,7 +4,6 @@ with ``python tests/golden.py`` only for an intended change of output."""
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 

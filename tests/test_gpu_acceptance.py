@@ -20,7 +20,12 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 SCRIPT = REPO / "bench" / "gpu_acceptance.sh"
 FAKE_SMI = REPO / "tests" / "fakes" / "fake_nvidia_smi.py"
-STEPS = ["pytest_gpu", "devices", "record", "readme_run", "calibrate", "sampler_cost", "ncu"]
+STEPS = ["pytest_gpu", "devices", "record", "readme_run", "calibrate", "sampler_cost", "ncu", "hf_generate"]
+HF_EXAMPLE = REPO / "examples" / "hf_generate.py"
+
+
+def _has_transformers() -> bool:
+    return importlib.util.find_spec("transformers") is not None
 
 
 def _acceptance() -> ModuleType:
@@ -82,6 +87,12 @@ def test_dry_run_goes_through_every_step_and_every_step_passes(tmp_path: Path) -
     assert summary["dry_run"] is True and summary["result"] == "pass"
     steps = {s["name"]: s for s in summary["steps"]}
     assert list(steps) == STEPS
+    # hf_generate needs transformers: without it, skipped with the import error (not a failure)
+    hf = steps.pop("hf_generate")
+    if _has_transformers():
+        assert hf["status"] == "pass", hf
+    else:
+        assert hf["status"] == "skipped" and "transformers is not importable" in hf["detail"], hf
     assert all(s["status"] == "pass" for s in steps.values()), [(s["name"], s["status"], s["detail"]) for s in steps.values()]
     assert summary["environment"]["torch"]["version"] and summary["environment"]["nvidia_smi"]
 
@@ -89,7 +100,7 @@ def test_dry_run_goes_through_every_step_and_every_step_passes(tmp_path: Path) -
     assert len(files) <= 8 and all(f.stat().st_size < 4 << 20 for f in files), [(f.name, f.stat().st_size) for f in files]
     assert {f.name for f in files} == set(acc.OUTPUT_FILES)
     md = (out / "summary.md").read_text()
-    assert all(f"| {name} | pass |" in md for name in STEPS) and md.startswith("# gpuscope GPU acceptance (dry run")
+    assert all(f"| {name} | pass |" in md for name in steps) and md.startswith("# gpuscope GPU acceptance (dry run")
 
     # devices: every value of the recorded H100 beside the fake nvidia-smi, memory by the v2 query
     compare = json.loads((out / "compare.json").read_text())
@@ -322,3 +333,146 @@ def test_results_too_large_to_bring_back_are_gzipped_or_dropped(tmp_path: Path) 
     small.write_text("{}")
     acc.fit_file(small, limit=1 << 20)
     assert small.read_text() == "{}"
+
+
+# -- hf_generate (issue 28): examples/hf_generate.py and the step's numbers ---------------------
+
+def _hide_transformers(tmp_path: Path) -> str:
+    """A folder that, first on PYTHONPATH, makes ``import transformers`` fail as if it were absent."""
+    hide = tmp_path / "hide"
+    (hide / "transformers").mkdir(parents=True)
+    (hide / "transformers" / "__init__.py").write_text(
+        "raise ModuleNotFoundError(\"No module named 'transformers' (hidden by the test)\", name='transformers')\n")
+    return str(hide)
+
+
+def test_hf_generate_step_is_skipped_with_the_reason_without_transformers(tmp_path: Path) -> None:
+    out = tmp_path / "acceptance"
+    p = _script("--dry-run", "--steps", "hf_generate", str(out), env=_env(PYTHONPATH=_hide_transformers(tmp_path)),
+                timeout=120)
+    assert p.returncode == 0, p.stdout + p.stderr
+    summary = json.loads((out / "summary.json").read_text())
+    (step,) = summary["steps"]
+    assert step["name"] == "hf_generate" and step["status"] == "skipped", step
+    assert step["detail"].startswith("transformers is not importable by ") and "hidden by the test" in step["detail"]
+    assert summary["result"] == "pass" and "| hf_generate | skipped |" in (out / "summary.md").read_text()
+    # it stopped at the probe: no gpuscope run was started
+    assert "gpuscope run" not in (out / "steps.log").read_text()
+
+
+def test_hf_generate_example_says_in_one_line_that_transformers_is_missing(tmp_path: Path) -> None:
+    p = subprocess.run([sys.executable, str(HF_EXAMPLE), "--preset", "cpu", "--device", "cpu"], capture_output=True,
+                       text=True, env=_env(PYTHONPATH=_hide_transformers(tmp_path)), timeout=120)
+    assert p.returncode == 2 and p.stdout == ""
+    lines = p.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("hf_generate: error: transformers is not installed"), p.stderr
+
+
+@pytest.mark.skipif(not _has_transformers(), reason="transformers is not installed")
+def test_hf_generate_example_generates_every_token_and_marks_every_step(tmp_path: Path) -> None:
+    db = tmp_path / "s.duckdb"
+    p = subprocess.run([sys.executable, "-m", "gpuscope", "run", "--db", str(db), "--name", "hf", "--no-profile",
+                        "--no-analyze", "-q", "--replay", str(acc.DRY_RECORDING), "--", sys.executable, str(HF_EXAMPLE),
+                        "--preset", "cpu", "--device", "cpu", "--new-tokens", "5", "--warmup", "1", "--json"],
+                       capture_output=True, text=True, env=_env(OMP_NUM_THREADS="1"), timeout=240, cwd=tmp_path)
+    assert p.returncode == 0, p.stderr
+    work = acc.hf_workload_json(p.stdout + "\n" + p.stderr)
+    assert work is not None and work["generated_tokens_per_sequence"] == 5 and work["generations"] == 1
+    assert work["compile"] is None and work["attn_implementation"] == "sdpa"
+    q = subprocess.run([sys.executable, "-m", "gpuscope", "sql", "--db", str(db), "--json",
+                        "SELECT name, count(*) AS n FROM annotations WHERE kind = 'mark' GROUP BY name ORDER BY name"],
+                       capture_output=True, text=True, env=_env(), timeout=60)
+    assert q.returncode == 0, q.stderr
+    # two generations (warm-up, measured), each: its prefill, 4 decode steps, its end
+    assert {r["name"]: r["n"] for r in json.loads(q.stdout)} == {"prefill": 2, "decode_step": 8, "generation_done": 2}
+
+
+def _analysis_doc() -> dict[str, object]:
+    """An ``analyze --json`` document of 1000 µs of GPU time, 900 judged."""
+    return {
+        "run": {"id": 1, "name": "hf_generate_eager", "status": "complete"},
+        "devices": [{"name": "NVIDIA H100 80GB HBM3", "spec": "h100-sxm", "kind": "gpu"},
+                    {"name": "AMD EPYC", "spec": None, "kind": "host"}],
+        "counts": {"gpu_activities": 1200, "ops": 900},
+        "coverage": {"judged_us": 900.0, "total_us": 1000.0, "share": 0.9, "unjudged_us": 100.0,
+                     "unjudged": [{"name": "aten::_cudnn_attention_forward", "kind": "op", "kernel_us": 70.0,
+                                   "share": 0.07, "reason": "no_cost_model"},
+                                  {"name": "triton_poi_fused_add_0", "kind": "op", "kernel_us": 30.0, "share": 0.03,
+                                   "reason": "shapes_not_modelled"}],
+                     "by_reason": {"no_cost_model": 70.0, "shapes_not_modelled": 30.0}},
+        "roofline_us": {"compute_bound": 300.0, "memory_bound": 500.0, "cache_bound": 0.0, "latency_bound": 100.0,
+                        "unknown": 100.0},
+        "ops": [
+            {"name": "aten::add", "kernel_us": 50.0, "count": 10, "bound": "memory_bound", "pct_of_roof": 1.06,
+             "confidence": "model", "model": "elementwise"},
+            {"name": "aten::mm", "kernel_us": 400.0, "count": 80, "bound": "compute_bound", "pct_of_roof": 0.617,
+             "confidence": "model", "model": "mm"},
+            {"name": "aten::_cudnn_attention_forward", "kernel_us": 70.0, "count": 8, "bound": "unknown",
+             "pct_of_roof": None},
+            {"name": "aten::gather", "kernel_us": 20.0, "count": 8, "bound": "memory_bound", "pct_of_roof": None,
+             "model_error": True},
+            {"name": "aten::copy_", "kernel_us": 60.0, "count": 8, "bound": "memory_bound", "pct_of_roof": 1.0},
+        ],
+        "kernels": [{"name": "sm90_xmma_gemm", "total_us": 400.0, "bound": "compute_bound", "pct_of_roof": 0.6},
+                    {"name": "vectorized_elementwise_kernel_add", "total_us": 50.0, "bound": "memory_bound",
+                     "pct_of_roof": 1.06}],
+    }
+
+
+def test_hf_run_summary_takes_coverage_classes_over_roof_and_top_ops_from_analyze_json() -> None:
+    s = acc.hf_run_summary(_analysis_doc(), top=3)
+    assert s["run"] == {"name": "hf_generate_eager", "status": "complete"}
+    assert s["gpus"] == ["NVIDIA H100 80GB HBM3 (h100-sxm)"] and s["gpu_activities"] == 1200
+    assert s["coverage_share"] == 0.9 and s["judged_us"] == 900.0 and s["total_us"] == 1000.0
+    assert s["largest_unjudged"] == {"name": "aten::_cudnn_attention_forward", "kind": "op", "reason": "no_cost_model",
+                                     "us": 70.0, "share": 0.07}
+    assert [u["name"] for u in s["unjudged"]] == ["aten::_cudnn_attention_forward", "triton_poi_fused_add_0"]
+    # class split: 300 + 500 + 0 + 100 + 100 = 1000 µs
+    assert s["class_share"] == {"compute_bound": 0.3, "memory_bound": 0.5, "cache_bound": 0.0, "latency_bound": 0.1,
+                                "unknown": 0.1}
+    assert s["class_us"]["memory_bound"] == 500.0
+    # above the roof: the add op and its kernel at 106 %; the copy at exactly 100 % is not
+    assert s["over_roof"] == 2 and [(o["what"], o["roof_pct"]) for o in s["over_roof_entries"]] == [("op", 106.0),
+                                                                                                   ("kernel", 106.0)]
+    assert s["model_error"] == 1 and s["judged_entries"] == 5  # add, mm, copy_ and both kernels
+    # top ops by GPU time: mm 400, the attention 70, the copy 60
+    assert [o["name"] for o in s["top_ops"]] == ["aten::mm", "aten::_cudnn_attention_forward", "aten::copy_"]
+    mm = s["top_ops"][0]
+    assert mm["share"] == 0.4 and mm["roof_pct"] == 61.7 and mm["class"] == "compute_bound" and mm["calls"] == 80
+    assert s["top_ops"][1]["roof_pct"] is None and s["top_ops"][1]["class"] == "unknown"
+
+
+def test_hf_run_summary_of_a_cpu_only_run_has_no_share_and_no_classes() -> None:
+    doc = {"run": {"name": "x", "status": "complete"}, "coverage": {"judged_us": 0.0, "total_us": 0.0, "share": None,
+                                                                     "unjudged": [], "by_reason": {}},
+           "roofline_us": {"compute_bound": 0.0, "memory_bound": 0.0}, "ops": [], "kernels": [], "counts": {}}
+    s = acc.hf_run_summary(doc)
+    assert s["coverage_share"] is None and s["largest_unjudged"] is None and s["class_share"] == {}
+    assert s["over_roof"] == 0 and s["top_ops"] == []
+    assert acc.hf_line("eager", s) == "eager: coverage n/a, 0 over roof, None GPU activities"
+
+
+def test_hf_problems_name_what_fails_the_step() -> None:
+    s = acc.hf_run_summary(_analysis_doc())
+    work = {"workload": "hf_generate", "warm_after_torch_import_s": 20.0, "graphs_compiled_while_measured": 1}
+    problems = acc.hf_problems(s, work, delay_s=15.0, dry=False)
+    assert problems[0] == "2 entries above 100 % of their roof"
+    assert "coverage 90.0 % under the 95 % goal" in problems
+    assert any(p.startswith("the window opened at 15 s, before the workload was warm (20.0 s") for p in problems)
+    assert "1 graph(s) compiled while measured" in problems and len(problems) == 4
+    # the dry run judges the plumbing only: the over-roof entries still count
+    assert acc.hf_problems(s, work, delay_s=15.0, dry=True) == ["2 entries above 100 % of their roof"]
+    clean = dict(s, over_roof=0, coverage_share=0.97)
+    assert acc.hf_problems(clean, dict(work, warm_after_torch_import_s=9.5, graphs_compiled_while_measured=0),
+                           delay_s=15.0, dry=False) == []
+    assert acc.hf_problems(dict(clean, gpu_activities=0), None, 15.0, dry=False) == [
+        "no JSON summary from examples/hf_generate.py", "no GPU kernels in the window"]
+    assert acc.hf_problems(dict(clean, run={"status": "failed"}), work, 30.0, dry=True) == ["run failed"]
+
+
+def test_hf_workload_json_is_found_among_the_run_output() -> None:
+    line = {"workload": "hf_generate", "decode_tokens_per_s": 1234.5}
+    text = "\n".join(["gpuscope run 1: exit code 0", '{"workload": "other"}', '{"workload": "hf_generate", broken',
+                      json.dumps(dict(line, decode_tokens_per_s=1.0)), "  " + json.dumps(line), "done"])
+    assert acc.hf_workload_json(text) == line  # the last one
+    assert acc.hf_workload_json("no json here\n{}") is None

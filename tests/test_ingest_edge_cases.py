@@ -416,7 +416,6 @@ def test_events_read_in_parts_give_the_same_run(tmp_path, db, monkeypatch, odd_e
 
 def test_a_cut_that_is_not_between_events_falls_back_to_the_whole_spool(tmp_path, db, monkeypatch) -> None:
     import gpuscope.ingest.read as read
-    import gpuscope.ingest.parse as parse
 
     # Objects inside a list inside args, written one per line: their separators look like the
     # separators between events, so some cuts land inside an event and the parts do not parse.
@@ -436,7 +435,6 @@ def test_a_cut_that_is_not_between_events_falls_back_to_the_whole_spool(tmp_path
 
 def test_malformed_json_late_in_a_trace_read_in_parts(tmp_path, db, monkeypatch) -> None:
     import gpuscope.ingest.read as read
-    import gpuscope.ingest.parse as parse
 
     path = write_trace(tmp_path / "t.json", _mixed_events(200))
     text = path.read_text()
@@ -468,7 +466,6 @@ def test_spools_are_cut_only_between_objects(tmp_path) -> None:
 
 def test_ops_with_equal_times_link_the_same_on_one_thread_or_several(tmp_path, db, monkeypatch) -> None:
     import gpuscope.ingest.read as read
-    import gpuscope.ingest.parse as parse
     import gpuscope.ingest.stage as stage
 
     # A wrapper op and the op it wraps with the same ts and dur (µs resolution makes this

@@ -488,7 +488,7 @@ def test_per_process_exports_the_top_n_by_memory_and_sums_the_rest() -> None:
 
 
 def test_process_names_are_not_guessed_inside_a_pid_namespace(tmp_path: Path) -> None:
-    from gpuscope.cli.monitor import process_namer
+    from gpuscope.monitor.loop import process_namer
 
     proc = tmp_path / "proc"
     (proc / "self").mkdir(parents=True)
@@ -686,7 +686,7 @@ def test_ecc_errors_are_hw_errors_by_error_type_and_dcgm_counters() -> None:
 
 def test_a_counter_read_once_a_second_stays_in_every_scrape() -> None:
     """An H100 answers the energy field in 3-4 ms, so the collector reads it once a second
-    (collectors/nvml.py SLOW_FIELD_S): most ticks carry no energy. The exported gauge and the
+    (collectors/nvml_probe.py SLOW_FIELD_S): most ticks carry no energy. The exported gauge and the
     DCGM-named endpoint's values keep the last reading (gpuscope.metrics.HOLD_S) instead of
     dropping the series between readings; the store keeps those ticks NULL."""
     from fakes.fake_pynvml import FakeNvml, load_table

@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 
 from conftest import FIXTURES, run_cli
-from test_monitor import H100_UUID, RECORDING, _free_port, _monitor, _recorded
+from test_monitor import H100_UUID, _free_port, _monitor, _recorded
 
 pytest.importorskip("opentelemetry.exporter.prometheus")
 

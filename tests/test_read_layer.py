@@ -3,7 +3,6 @@ and report share. Checked against what went in (a recording played into the stor
 with known kernels) and against the analyzer's own totals on a real trace."""
 from __future__ import annotations
 
-import json
 import math
 from pathlib import Path
 

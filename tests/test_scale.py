@@ -131,7 +131,6 @@ def test_rank_files_read_several_at_once_give_the_run_one_thread_gives(tmp_path:
     """Ranks spooled on several threads and parsed in batches of parts on several DuckDB
     threads: the same run, to the last digit, as one thread reading them one by one."""
     import gpuscope.ingest.read as read
-    import gpuscope.ingest.parse as parse
     import gpuscope.ingest.stage as stage
 
     ranks = tmp_path / "ranks"

@@ -11,7 +11,6 @@ one by one, and as Hypothesis strings, to the one function that owns this
 from __future__ import annotations
 
 import asyncio
-import gzip
 import json
 import re
 import shutil

@@ -178,14 +178,14 @@ def test_read_annotations_in_time_order_filtered_by_kind(tmp_path: Path, db: Pat
     run_id = _synthetic_run(tmp_path, db)
     con = store.connect(db, read_only=True)
     try:
-        every = read.annotations(con, run_id)
-        ours = read.annotations(con, run_id, ["profiler_window", "mark"])
+        every = read.annotation_rows(con, run_id)
+        ours = read.annotation_rows(con, run_id, ["profiler_window", "mark"])
         assert [(a.kind, a.name) for a in ours] == [("profiler_window", "window"), ("mark", "decode")]
         assert ours[0].dur_ns == 1_000_000 and ours[0].ts_ns == BASE_NS + 500_000 and ours[0].pid == "42"
         assert ours[0].value == {"trace": "t.json"} and ours[1].value == {"tokens": 128} and ours[1].dur_ns is None
         assert [a.ts_ns for a in every] == sorted(a.ts_ns for a in every) and len(every) >= 2
-        assert read.annotations(con, run_id, ["mark"]) == [ours[1]]
-        assert read.annotations(con, run_id, []) == [] and read.annotations(con, run_id + 99) == []
+        assert read.annotation_rows(con, run_id, ["mark"]) == [ours[1]]
+        assert read.annotation_rows(con, run_id, []) == [] and read.annotation_rows(con, run_id + 99) == []
     finally:
         con.close()
 

@@ -52,7 +52,7 @@ class GpuscopeApp(App[None]):
         # NO_COLOR (https://no-color.org): Textual sets self.no_color when the variable is
         # present, even empty, and greys the output; the screens read the same flag for glyphs
 
-    def notify(self, message: str, *, title: str = "", **kwargs: Any) -> None:  # type: ignore[override]
+    def notify(self, message: str, *, title: str = "", **kwargs: Any) -> None:
         """Textual's notification, with the control characters of the names and file names a
         message quotes shown as escapes (tui/text.py)."""
         super().notify(safe_text(message, layout=True), title=safe_text(title), **kwargs)

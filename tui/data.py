@@ -2,8 +2,8 @@
 
 Every store read opens the store read-only for one query and closes it at once, so that a
 ``gpuscope run`` or ``ingest`` writing the same file is never blocked for long; while a writer
-holds the file, :func:`read_store` raises :class:`StoreBusy` and the screen says "store busy,
-retrying" and tries again at its next refresh. These functions block: screens call them from
+holds the file, :func:`read_store` raises :class:`~gpuscope.errors.StoreBusyError` and the
+screen says "store busy, retrying" and tries again at its next refresh. These functions block: screens call them from
 Textual workers (``@work(thread=True)``), never on the UI thread.
 
 What they return has every string shown with its control characters visible
@@ -15,6 +15,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
+from gpuscope.errors import StoreBusyError
+
 from .text import safe_data
 
 T = TypeVar("T")
@@ -24,8 +26,9 @@ T = TypeVar("T")
 BUSY_RETRY_S = 0.3
 
 
-class StoreBusy(Exception):
-    """Another process is writing the store; try again later."""
+#: The store's own error, under the name tests/test_tui_run.py raises (the screens catch
+#: :class:`~gpuscope.errors.StoreBusyError` itself).
+StoreBusy = StoreBusyError
 
 
 class NoStore(Exception):
@@ -33,16 +36,14 @@ class NoStore(Exception):
 
 
 def read_store(db: Path, fn: Callable[[Any], T]) -> T:
-    """``fn(connection)`` on the store opened read-only, then closed."""
+    """``fn(connection)`` on the store opened read-only, then closed; a
+    :class:`~gpuscope.errors.StoreBusyError` when a writer holds it longer than
+    :data:`BUSY_RETRY_S`."""
     from gpuscope import store
-    from gpuscope.errors import StoreBusyError
 
     if not store.store_exists(db):
         raise NoStore(str(db))
-    try:
-        con = store.connect(db, read_only=True, retry_s=BUSY_RETRY_S)
-    except StoreBusyError as exc:
-        raise StoreBusy(str(exc)) from None
+    con = store.connect(db, read_only=True, retry_s=BUSY_RETRY_S)
     try:
         return fn(con)
     finally:
@@ -97,7 +98,7 @@ def run_detail(db: Path, run_id: int | None, top: int = 50) -> dict[str, Any]:
             "analysis": analyze_run(con, rid, top=top),
             "devices": read.devices(con, rid),
             "samples": read.samples(con, rid, RUN_TIMELINE_METRICS),
-            "annotations": read.annotations(con, rid, RUN_TIMELINE_KINDS),
+            "annotations": read.annotation_rows(con, rid, RUN_TIMELINE_KINDS),
         }
 
     return safe_data(read_store(db, one))

@@ -38,7 +38,7 @@ def _attention_core(call: _Call, q: Shape, k: Shape, v: Shape, q_i: int, k_i: in
     bh = _numel(q[:-2])
     # torch.utils.flop_counter.sdpa_flop_count: Q@K^T plus P@V, causal masking not counted
     flops = 2 * bh * lq * lk * e + 2 * bh * lq * lk * ev
-    executed = flops
+    executed: float = flops
     if causal and lq and lk:
         executed = flops * _unmasked(lq, lk, align) / (lq * lk)
     if nbytes_qkvo is None:
@@ -118,7 +118,7 @@ def _flash_blhe_factory(qkv: tuple[int, int, int], causal_i: int | None, align: 
         q, k, v = call.shape(q_i), call.shape(k_i), call.shape(v_i)
         if q is None or k is None or v is None:
             return None
-        if cu_q is not None and cu_k is not None and len(cu_q) == 1 and cu_q == cu_k:
+        if cu_i is not None and cu_q is not None and cu_k is not None and len(cu_q) == 1 and cu_q == cu_k:
             # varlen: packed [T, H, E] (efficient attention: [1, T, H, E])
             q3, k3, v3 = (tuple(s[-3:]) for s in (q, k, v))
             if any(len(s) < 3 for s in (q, k, v)):

@@ -20,8 +20,7 @@ def _foreach(call: _Call) -> OpCost | None:
     eb = call.element_bytes
     if not eb:
         return None
-    lists = [call.tensor_list(i) for i in range(call.n)]
-    lists = [lst for lst in lists if lst is not None]
+    lists = [lst for lst in (call.tensor_list(i) for i in range(call.n)) if lst is not None]
     if not lists:
         return None
     first = lists[0]

@@ -93,6 +93,7 @@ def _fused_experts(x_i: int, w1_i: int, w2_i: int, topk_i: int | None, k_conc: i
         experts, n1 = w1[0], w1[1]
         if experts <= 0 or w2[0] != experts or w2[1] != hidden or tokens <= 0:
             return None
+        top_k: int | None
         if topk_i is not None:
             ids = call.shape(topk_i)
             if ids is None or len(ids) != 2 or ids[0] != tokens:

@@ -85,7 +85,8 @@ def _cat(call: _Call) -> OpCost | None:
         out_t = call.type(outs[0])
     # Kineto records a TensorList without its element dtypes: bytes are unknown unless an
     # out= tensor shows the dtype.
-    nbytes = 2 * n * bytes_per_element(out_t) if out_t and bytes_per_element(out_t) else None
+    bpe = bytes_per_element(out_t) if out_t else None
+    nbytes = 2 * n * bpe if bpe else None
     model = call.name.split("::")[-1]
     if nbytes is None and call.element_bytes:
         # the element size the launched cat kernel was instantiated for (CatArrayBatchedCopy<OpaqueType<2>>)
@@ -100,6 +101,7 @@ def _index_select(call: _Call) -> OpCost | None:
     dim = call.c_int(1)
     if s is None or idx is None or dim is None or len(idx) > 1:
         return None
+    out: tuple[int, ...]
     if not s:
         out = (_numel(idx),) if idx else ()
     else:

@@ -153,7 +153,7 @@ def gpu_clocks(device: CalibrationDevice) -> tuple[dict[str, Any], dict[str, Any
         from ..collectors.nvml import device_clocks
 
         now = device_clocks(device.uuid, device.index if device.uuid is None else None)
-        limits = {k: now[k] for k in ("max_sm_clock_mhz", "power_limit_w") if k in now}
+        limits: dict[str, Any] = {k: now[k] for k in ("max_sm_clock_mhz", "power_limit_w") if k in now}
     elif device.backend == "rocm":
         from ..collectors.amd import device_clocks as amd_device_clocks
 

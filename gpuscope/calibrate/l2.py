@@ -194,6 +194,7 @@ def stream_result(metric: str, what: str, points: Sequence[StreamPoint], l2_byte
     if not fit.ok:
         seen["not_stored"] = fit.rejected
         return None, seen
+    assert fit.bytes_per_s is not None and fit.fixed_s is not None  # what `ok` means
     sizes = ", ".join(f"{p.working_set_bytes / _MIB:g}" for p in points)
     best_kernel = max(p.kernel_bytes_per_s for p in points)
     repeats = sorted(p.repeats for p in points)
@@ -252,11 +253,13 @@ def measure_l2(ctx: _Ctx, budget_s: float, spec: Any) -> tuple[list[Measurement]
     dst = torch.empty_like(src)
     dst.zero_()
     acc = torch.zeros((), dtype=torch.float32, device=ctx.dev)
+    # The noqa: ruff resolves the lambdas' names after the `del` in the `finally` below and calls
+    # them undefined; the lambdas run only inside the `try`, before it.
     streams = [
         (METRIC_L2_BW, 2, "dst.copy_(src) of two fp32 buffers, bytes = 2 x buffer (read + write)", "L2 copy",
-         lambda n: (lambda: dst[:n].copy_(src[:n]))),
+         lambda n: (lambda: dst[:n].copy_(src[:n]))),  # noqa: F821
         (METRIC_L2_READ, 1, "torch.sum over one fp32 buffer, bytes = buffer (read only)", "L2 read",
-         lambda n: (lambda: torch.sum(src[:n], dim=0, out=acc))),
+         lambda n: (lambda: torch.sum(src[:n], dim=0, out=acc))),  # noqa: F821
     ]
     out: list[Measurement] = []
     seen: dict[str, Any] = {}

@@ -16,6 +16,7 @@ import importlib
 import os
 import sys
 from collections.abc import Sequence
+from typing import Any
 
 from .. import __version__
 from ..errors import GpuscopeError, InputError, ParameterError, StoreError
@@ -46,7 +47,8 @@ def build_parser() -> argparse.ArgumentParser:
     # in HELP_ORDER.
     for name in _COMMANDS:
         mod = importlib.import_module(f"gpuscope.cli.{name}")
-        parents = ([common] if mod.NEEDS_DB else []) + ([reporting] if mod.REPORTS else [])
+        # Any: typeshed wants the parents of the sub-parsers' class; a parent only lends its arguments
+        parents: list[Any] = ([common] if mod.NEEDS_DB else []) + ([reporting] if mod.REPORTS else [])
         s = sub.add_parser(name, parents=parents, help=mod.HELP, description=mod.DESCRIPTION)
         mod.add_arguments(s)
         s.set_defaults(func=mod.run)
@@ -94,8 +96,8 @@ def _show_controls(args: argparse.Namespace) -> None:
     from ..textsafe import VisibleStream
 
     if not getattr(args, "json", False) and getattr(args, "out", None) not in ("-", "/dev/stdout"):
-        sys.stdout = VisibleStream(sys.stdout)  # type: ignore[assignment]
-    sys.stderr = VisibleStream(sys.stderr)  # type: ignore[assignment]
+        sys.stdout = VisibleStream(sys.stdout)
+    sys.stderr = VisibleStream(sys.stderr)
 
 
 def _say(command: str, message: str) -> None:

@@ -2,6 +2,9 @@
 from __future__ import annotations
 
 import argparse
+from typing import Callable, TypeVar
+
+_T = TypeVar("_T")
 
 HELP = "decode speed-of-light for a model on a GPU; judges a claimed tokens/s"
 DESCRIPTION = (
@@ -57,6 +60,11 @@ FLAGS = {
 }
 
 
+def _optional(text: str | None, what: str, parse: Callable[[str, str], _T]) -> _T | None:
+    """``parse(text, what)``, or None where the flag was not given."""
+    return None if text is None else parse(text, what)
+
+
 def _int(text: str, what: str) -> int:
     from ..analyzers.ceiling import parse_count
     from ..errors import InputError
@@ -99,7 +107,7 @@ def run(args: argparse.Namespace) -> int:
         model = load_model(args.model)
     db = load_specs(args.specs)
     spec = db.find(args.gpu)
-    opt = (lambda v, what, f: None if v is None else f(v, what))
+    opt = _optional
     # each flag parsed in the order of the flags' checks, so that the first bad flag is the one named
     params = opt(args.params, "--params", parse_count)
     model_bytes = opt(args.model_bytes, "--model-bytes", parse_bytes)

@@ -16,11 +16,14 @@ import shutil
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..errors import InputError
 from ..paths import default_db_path
 from ..textsafe import visible
+
+if TYPE_CHECKING:
+    from ..otel.otlp import OtlpTarget
 
 EXIT_OK = 0
 EXIT_FAILURE = 1
@@ -154,10 +157,10 @@ def _already_ingested(db: Path, ref: str) -> tuple[int, str] | None:
         return None  # the ingest that follows says what is wrong with it
     con = store.connect(db, read_only=True)
     try:
-        ref = store.read.find_ingested_run(con, digest)
+        found = store.read.find_ingested_run(con, digest)
     finally:
         con.close()
-    return (ref.id, ref.name) if ref else None
+    return (found.id, found.name) if found else None
 
 
 def run_ref_or_ingest(db: Path, ref: str | None, name: str | None = None, announce: bool = False,
@@ -255,3 +258,31 @@ def store_model(db: Path, run_id: int, given: tuple[Any, str]) -> None:
 
     with store.writing(db, retry_s=10.0) as con:
         runs.set_model(con, run_id, given[0].to_json(), given[1])
+
+
+def otlp_target(url: str, protocol: str | None) -> OtlpTarget:
+    """``--otlp [URL]`` and ``--otlp-protocol`` (``monitor``, ``run``) as a checked
+    :class:`~gpuscope.otel.otlp.OtlpTarget`: a known protocol, an http(s) endpoint with a host
+    (or none: the ``OTEL_EXPORTER_OTLP_*`` variables), the ``OTEL_METRIC_EXPORT_INTERVAL``.
+    An error names the flag (or the variable) it came from."""
+    from ..otel import otlp
+
+    flags = {otlp.ENDPOINT_INPUT: "--otlp", otlp.PROTOCOL_INPUT: "--otlp-protocol"}
+    try:
+        proto = otlp.resolve_protocol(protocol)
+        endpoint = otlp.check_endpoint(url) if url else None
+        return otlp.OtlpTarget(endpoint, proto, otlp.export_interval_s())
+    except InputError as exc:
+        if exc.source not in flags:
+            raise
+        raise InputError(flags[exc.source], exc.message) from None
+
+
+def check_otel_installed(protocol: str | None, prometheus: bool) -> None:
+    """Refuse, before anything starts, an export whose packages are missing: the SDK, the OTLP
+    exporter of ``protocol`` (None: no OTLP), the Prometheus reader (``prometheus``)."""
+    from ..otel.otlp import missing_package
+
+    why = missing_package(protocol, prometheus)
+    if why is not None:
+        raise InputError("monitor", why)  # the line both commands have always printed

@@ -3,15 +3,13 @@
 from __future__ import annotations
 
 import argparse
-import os
-import signal
-import sys
-import threading
-from typing import Any
-from urllib.parse import urlsplit
+from typing import TYPE_CHECKING
 
 from ..errors import InputError
-from .common import positive_float, positive_int
+from .common import check_otel_installed, otlp_target, positive_float, positive_int
+
+if TYPE_CHECKING:
+    from ..otel.endpoint import Listen
 
 HELP = "export GPU and host telemetry over OpenTelemetry (OTLP) and Prometheus until stopped"
 DESCRIPTION = (
@@ -27,9 +25,6 @@ DESCRIPTION = (
 )
 NEEDS_DB = False
 REPORTS = False
-
-PROTOCOLS = ("grpc", "http/protobuf")
-DEFAULT_EXPORT_INTERVAL_S = 10.0
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -63,7 +58,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seconds", type=positive_float, default=None, metavar="N", help="stop after N seconds")
 
 
-def parse_listen(text: str) -> Any:
+def parse_listen(text: str) -> Listen:
     """``--prometheus``: ``PORT``, ``HOST:PORT`` or ``[V6]:PORT`` -> a
     :class:`gpuscope.otel.endpoint.Listen`, loopback unless a host is named; parsed strictly
     (:func:`gpuscope.otel.endpoint.parse_listen`), anything else an InputError naming the flag."""
@@ -75,75 +70,9 @@ def parse_listen(text: str) -> Any:
         raise InputError("--prometheus", exc.message) from None
 
 
-def check_endpoint(url: str) -> str:
-    """An OTLP endpoint as given, checked: an http(s) URL with a host."""
-    try:
-        parts = urlsplit(url)
-        parts.port  # noqa: B018  (raises on a malformed port)
-    except ValueError as exc:
-        raise InputError("--otlp", f"malformed endpoint URL ({exc})") from None
-    if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise InputError("--otlp", "expected an http:// or https:// URL with a host, e.g. http://localhost:4318")
-    return url
-
-
-def shown_endpoint(url: str) -> str:
-    """The endpoint without credentials or query (what the start-up line may print)."""
-    p = urlsplit(url)
-    netloc = p.hostname or ""
-    if ":" in netloc:
-        netloc = f"[{netloc}]"
-    if p.port:
-        netloc += f":{p.port}"
-    return f"{p.scheme}://{netloc}{p.path}"
-
-
-def resolve_protocol(flag: str | None, signal: str = "METRICS") -> str:
-    """The OTLP protocol: the flag, else ``OTEL_EXPORTER_OTLP_<SIGNAL>_PROTOCOL``, else
-    ``OTEL_EXPORTER_OTLP_PROTOCOL``, else http/protobuf; an unknown one is an InputError."""
-    proto = flag or os.environ.get(f"OTEL_EXPORTER_OTLP_{signal}_PROTOCOL") \
-        or os.environ.get("OTEL_EXPORTER_OTLP_PROTOCOL") or "http/protobuf"
-    if proto not in PROTOCOLS:
-        where = "--otlp-protocol" if flag else "OTEL_EXPORTER_OTLP_PROTOCOL"
-        raise InputError(where, f"unknown OTLP protocol {proto!r} (grpc or http/protobuf)")
-    return proto
-
-
-def export_interval_s() -> float:
-    """The OTLP export interval: ``OTEL_METRIC_EXPORT_INTERVAL`` (ms) when set, else 10 s."""
-    raw = os.environ.get("OTEL_METRIC_EXPORT_INTERVAL")
-    if raw is None or raw == "":
-        return DEFAULT_EXPORT_INTERVAL_S
-    try:
-        ms = float(raw)
-    except ValueError:
-        raise InputError("OTEL_METRIC_EXPORT_INTERVAL", f"expected milliseconds, not {raw!r}") from None
-    if not ms > 0:
-        raise InputError("OTEL_METRIC_EXPORT_INTERVAL", f"must be a positive number of milliseconds, not {raw!r}")
-    return ms / 1000.0
-
-
-def check_installed(protocol: str | None, prometheus: bool) -> None:
-    import importlib.util
-
-    need = [("opentelemetry.sdk.metrics", "opentelemetry-sdk")]
-    if protocol == "grpc":
-        need.append(("opentelemetry.exporter.otlp.proto.grpc", "opentelemetry-exporter-otlp-proto-grpc (pip install 'gpuscope[grpc]')"))
-    elif protocol is not None:
-        need.append(("opentelemetry.exporter.otlp.proto.http", "opentelemetry-exporter-otlp-proto-http"))
-    if prometheus:
-        need.append(("opentelemetry.exporter.prometheus", "opentelemetry-exporter-prometheus"))
-    for module, package in need:
-        try:
-            found = importlib.util.find_spec(module) is not None
-        except ImportError:  # a parent package missing
-            found = False
-        if not found:
-            raise InputError("monitor", f"{module} is not installed: pip install {package}")
-
-
 def run(args: argparse.Namespace) -> int:
-    """Run the command; returns the exit code."""
+    """Check every argument, then run the monitor (:func:`gpuscope.monitor.loop.run_monitor`);
+    returns the exit code."""
     # -- everything that can be wrong is found before anything starts -----------------------
     if not 0.01 <= args.interval <= 3600:
         raise InputError("--interval", f"must be between 0.01 and 3600 seconds, not {args.interval}")
@@ -157,20 +86,17 @@ def run(args: argparse.Namespace) -> int:
         if not args.retention > 0:
             raise InputError("--retention", f"must be a positive number of days, not {args.retention}")
     listen = parse_listen(args.prometheus) if args.prometheus is not None else None
-    protocol = endpoint = None
-    export_s = DEFAULT_EXPORT_INTERVAL_S
+    otlp = None
     if args.otlp is not None:
-        protocol = resolve_protocol(args.otlp_protocol)
-        endpoint = check_endpoint(args.otlp) if args.otlp else None
-        export_s = export_interval_s()
+        otlp = otlp_target(args.otlp, args.otlp_protocol)
     elif args.otlp_protocol is not None:
         raise InputError("--otlp-protocol", "given without --otlp")
     replay = None
     if args.replay is not None:
-        from ..collectors.replay import gpus_only
+        from ..pipeline import load_replay
 
-        replay = gpus_only(args.replay)  # InputError (exit 2) for a file that is not a recording
-    check_installed(protocol, listen is not None)
+        replay = load_replay(args.replay)  # InputError (exit 2) for a file that is not a recording
+    check_otel_installed(otlp.protocol if otlp is not None else None, listen is not None)
     # the store is opened (made, migrated) only once every other input is known good: a bad
     # --replay or --prometheus must leave it as it was
     if args.db is not None:
@@ -184,11 +110,16 @@ def run(args: argparse.Namespace) -> int:
         except duckdb.Error:  # its checkpoint on a full disk: nothing was written; the sink says so at its first write
             pass
 
+    from ..monitor.loop import MonitorConfig, run_monitor
+
+    config = MonitorConfig(interval_s=args.interval, seconds=args.seconds, otlp=otlp,
+                           prometheus_names=args.prometheus_names, per_process=args.per_process, db=args.db,
+                           retention_days=args.retention, replay=replay)
     endpoint_server = None
     if listen is not None:
         from prometheus_client import CollectorRegistry
 
-        from ..otel.export import MetricsEndpoint
+        from ..otel.endpoint import MetricsEndpoint
 
         registry = CollectorRegistry()
         try:
@@ -196,131 +127,7 @@ def run(args: argparse.Namespace) -> int:
         except OSError as exc:
             raise InputError("--prometheus", f"cannot listen on {listen.shown()} ({exc.strerror or exc})") from None
     try:
-        return _monitor(args, replay, protocol, endpoint, export_s, endpoint_server)
+        return run_monitor(config, endpoint_server)
     finally:
         if endpoint_server is not None:
             endpoint_server.stop()
-
-
-def _monitor(args: argparse.Namespace, replay: Any, protocol: str | None, endpoint: str | None, export_s: float,
-             endpoint_server: Any) -> int:
-    from ..collectors import HostCollector, ReplayCollector, default_collectors
-    from ..collectors.base import EveryProcess
-    from ..machine import hostname
-    from ..otel.export import QueueingExporter, otlp_exporter
-    from ..otel.sink import TelemetryState, meter_provider
-    from ..sampling import Sampler
-
-    readers: list[Any] = []
-    queue = None
-    names, pid_note = process_namer()
-    state = TelemetryState(per_process_top=args.per_process, name_of=names)
-    if endpoint_server is not None and args.prometheus_names == "dcgm":
-        from ..otel.export import DcgmNames
-
-        endpoint_server.render = DcgmNames(state, hostname()).render
-    elif endpoint_server is not None:
-        from opentelemetry.exporter.prometheus import PrometheusMetricReader
-
-        # a registry of the endpoint's own: no process or platform collectors, nothing else
-        readers.append(PrometheusMetricReader(registry=endpoint_server.registry))
-    if protocol is not None:
-        from opentelemetry.sdk.metrics.export import PeriodicExportingMetricReader
-
-        inner = otlp_exporter(endpoint, protocol, timeout_s=min(5.0, export_s))
-        shown = shown_endpoint(endpoint) if endpoint else f"the OTEL_EXPORTER_OTLP_* endpoint ({protocol})"
-        queue = QueueingExporter(inner, shown)
-        readers.append(PeriodicExportingMetricReader(queue.exporter, export_interval_millis=export_s * 1000))
-
-    own: list[tuple[str, str, str, str, Any]] = []
-    if queue is not None:
-        own += [("gpuscope.monitor.export.dropped", "counter", "{export}",
-                 "OTLP exports dropped because the endpoint was down and the queue was full",
-                 lambda: [(float(queue.dropped), ())]),
-                ("gpuscope.monitor.export.failures", "counter", "{export}", "OTLP exports that failed",
-                 lambda: [(float(queue.failures), ())])]
-    resource = {"host.name": hostname()}
-    if not os.environ.get("OTEL_SERVICE_NAME"):
-        resource["service.name"] = "gpuscope-monitor"
-    provider = meter_provider(state, readers, resource, own)
-
-    if replay is not None:
-        collectors = [ReplayCollector(replay, loop=True), HostCollector()]
-    else:
-        collectors = default_collectors(None)
-    # --per-process: every process the vendor lists on a GPU, seen from here or not
-    tree = EveryProcess() if args.per_process else None
-    sinks: list[Any] = [state]
-    store_sink = None
-    if args.db is not None:
-        from ..sinks import StoreSink
-
-        # A store that refuses writes later (its disk full) never stops the monitor: the sink
-        # holds the samples (bounded), says so once on stderr and retries at every flush.
-        store_sink = StoreSink(args.db, name=f"monitor {hostname()}", source="monitor", final_status="complete",
-                               flush_s=max(1.0, args.interval),
-                               retention_s=args.retention * 86400 if args.retention is not None else None)
-        sinks.append(store_sink)
-    sampler = Sampler(collectors, sinks, interval_s=args.interval, batch_s=min(1.0, args.interval), tree=tree)
-    stop = threading.Event()
-    previous = {s: signal.signal(s, lambda *_: stop.set()) for s in (signal.SIGTERM, signal.SIGINT)}
-    try:
-        sampler.start()
-        gpus = [d for d in sampler.devices if d.kind != "host"]
-        where = []
-        if endpoint_server is not None:
-            where.append(f"Prometheus on http://{_host_for_url(endpoint_server.host)}:{endpoint_server.port}/metrics"
-                         + (" (dcgm-exporter names)" if args.prometheus_names == "dcgm" else ""))
-        if queue is not None:
-            where.append(f"OTLP {protocol} to {queue.what} every {export_s:g} s")
-        if args.db is not None:
-            where.append(f"the store {args.db}" + (f" (keeping {args.retention:g} days)" if args.retention else ""))
-        from ..textsafe import visible
-
-        # device names from a replayed recording are somebody's text: control characters shown
-        what = visible(", ".join(f"{d.key} ({d.name or d.vendor})" for d in gpus) or "no GPU")
-        print(f"gpuscope monitor: {what} and the host every {args.interval:g} s; " + "; ".join(where),
-              file=sys.stderr, flush=True)
-        if args.per_process:
-            print(f"gpuscope monitor: per process: the {args.per_process} largest by GPU memory on each GPU; "
-                  + (pid_note or "names from /proc"), file=sys.stderr, flush=True)
-        if not gpus:
-            for v in sampler.unavailable:
-                print(f"gpuscope monitor: {v.vendor}: {v.reason}", file=sys.stderr, flush=True)
-        if endpoint_server is not None:
-            endpoint_server.start()
-        stop.wait(args.seconds)
-    finally:
-        for s, h in previous.items():
-            signal.signal(s, h)
-        sampler.stop()
-        provider.shutdown(timeout_millis=10_000)  # the readers' last collection and export: what it holds goes out
-    # samples that never reached the store (it said how many and why): a failure while working
-    return 1 if store_sink is not None and store_sink.rows_not_stored else 0
-
-
-def process_namer(proc: str = "/proc") -> tuple[Any, str | None]:
-    """``(name_of(pid), note)``: a process's executable name (``/proc/PID/comm``), and a note
-    when names cannot be trusted here. NVML and AMD SMI list the host's pids; a monitor in a
-    container (a PID namespace of its own, ``NSpid`` with more than one entry) either cannot
-    see them or sees other processes under the same numbers, so it names none ("?")."""
-    try:
-        with open(f"{proc}/self/status", encoding="utf-8") as f:
-            nspid = next((line.split()[1:] for line in f if line.startswith("NSpid:")), [])
-    except OSError:
-        nspid = []
-    if len(nspid) > 1:
-        return (lambda pid: "?"), ("this monitor runs in a PID namespace of its own (a container): the GPU's pids "
-                                   "are the host's, so they are exported as the vendor gives them and not named")
-
-    def name_of(pid: int) -> str:
-        try:
-            with open(f"{proc}/{pid}/comm", encoding="utf-8", errors="replace") as f:
-                return f.read().strip() or "?"
-        except OSError:
-            return "?"  # gone, or not visible from here
-    return name_of, None
-
-
-def _host_for_url(host: str) -> str:
-    return f"[{host}]" if ":" in host else host

@@ -6,8 +6,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from .common import (add_model_arguments, db_path, load_model, non_negative_float, non_negative_int, positive_float,
-                     positive_int, print_json, terminal_width)
+from .common import (add_model_arguments, check_otel_installed, db_path, load_model, non_negative_float,
+                     non_negative_int, otlp_target, positive_float, positive_int, print_json, terminal_width)
 
 HELP = "run CMD with telemetry and profiler windows; store, analyze and summarize it"
 DESCRIPTION = (
@@ -87,11 +87,8 @@ def run(args: argparse.Namespace) -> int:
                             interval_s=args.profile_interval)
     otlp = None
     if args.otlp is not None:
-        from .monitor import check_endpoint, check_installed, export_interval_s, resolve_protocol
-
-        protocol = resolve_protocol(args.otlp_protocol)
-        check_installed(protocol, False)
-        otlp = (check_endpoint(args.otlp) if args.otlp else None, protocol, export_interval_s())
+        otlp = otlp_target(args.otlp, args.otlp_protocol)
+        check_otel_installed(otlp.protocol, False)
     elif args.otlp_protocol is not None:
         raise InputError("--otlp-protocol", "given without --otlp")
     given = load_model(args.model) if args.model else None  # a bad file stops here, before the program starts
@@ -107,7 +104,7 @@ def run(args: argparse.Namespace) -> int:
                       otlp=otlp, model=given)
     progress = None if args.quiet else (lambda msg: print(f"gpuscope run: {msg}", file=sys.stderr, flush=True))
     outcome = execute(opts, progress)
-    summary: dict[str, Any] = outcome.summary
+    summary: dict[str, Any] = outcome.summary.to_json()  # the run's summary becomes JSON here, once
     if args.json:
         print_json(summary)
     else:

@@ -32,7 +32,7 @@ def build_report(db: Path, run: str | None, out: Path, compare: str | None = Non
         series = [{"key": keys.get(s.device_id, f"device {s.device_id}"), "ts_ns": s.ts_ns,
                    "power_w": s.values["power_w"], "gpu_util": s.values["gpu_util"]}
                   for s in read.samples(con, ref.id, ["power_w", "gpu_util"]) if keys.get(s.device_id) != "host"]
-        windows = [(a.ts_ns, a.ts_ns + (a.dur_ns or 0)) for a in read.annotations(con, ref.id, ["profiler_window"])]
+        windows = [(a.ts_ns, a.ts_ns + (a.dur_ns or 0)) for a in read.annotation_rows(con, ref.id, ["profiler_window"])]
         command = next((r.get("command") for r in read.list_runs(con) if r.get("id") == ref.id), None)
         cmp = compare_docs(analyze_run(con, other.id), doc) if other is not None else None
     finally:

@@ -58,7 +58,9 @@ _UNIT_SUFFIXES = (("_ns", "ns since the Unix epoch (a time) or a duration in ns"
 
 def export_tables(db: Path, run: str | None, out: Path, fmt: str, force: bool = False) -> dict[str, Any]:
     """Write the run's tables under ``out`` (a directory); returns what was written."""
+    from .._db import one_row
     from .. import store
+    from .._db import sql_literal
     from ..analyzers.breakdown import analyze_run
     from ..store import read
 
@@ -76,8 +78,8 @@ def export_tables(db: Path, run: str | None, out: Path, fmt: str, force: bool = 
             for table in read.RUN_TABLES:
                 sql = read.run_rows_sql(table)
                 path = tmp / f"{table}.{fmt}"
-                con.execute(f"COPY ({sql}) TO '{_sql_path(path)}' {opts}", [ref.id]).fetchall()
-                written[table] = int(con.execute(f"SELECT count(*) FROM ({sql})", [ref.id]).fetchone()[0])
+                con.execute(f"COPY ({sql}) TO {sql_literal(str(path))} {opts}", [ref.id]).fetchall()
+                written[table] = int(one_row(con.execute(f"SELECT count(*) FROM ({sql})", [ref.id]).fetchone())[0])
                 described[table] = [(r[0], r[1]) for r in con.execute(f"DESCRIBE {sql}", [ref.id]).fetchall()]
             doc = analyze_run(con, ref.id, top=None)
             for table, rows, columns in (("op_analysis", doc["ops"], OP_COLUMNS), ("kernel_analysis", doc["kernels"], KERNEL_COLUMNS)):
@@ -106,13 +108,11 @@ def _refused_writes(out: Path) -> Iterator[None]:
         raise GpuscopeError(f"{out}: cannot write it ({reason}); nothing was changed") from None
 
 
-def _sql_path(path: Path) -> str:
-    return str(path).replace("'", "''")
-
-
 def _write_rows(con: Any, path: Path, rows: list[dict[str, Any]], columns: list[tuple[str, str, str]], opts: str) -> int:
     import duckdb  # noqa: F401  (the full package: its Arrow scans need duckdb._sources)
     import pyarrow as pa
+
+    from .._db import sql_literal
 
     types = {"VARCHAR": pa.string(), "BIGINT": pa.int64(), "DOUBLE": pa.float64()}
     data = {}
@@ -130,7 +130,7 @@ def _write_rows(con: Any, path: Path, rows: list[dict[str, Any]], columns: list[
     cur = con.cursor()  # its own: the analysis may leave a result open on the connection
     try:
         cur.register("_gpuscope_export", pa.table(data))
-        cur.execute(f"COPY (SELECT * FROM _gpuscope_export) TO '{_sql_path(path)}' {opts}").fetchall()
+        cur.execute(f"COPY (SELECT * FROM _gpuscope_export) TO {sql_literal(str(path))} {opts}").fetchall()
         cur.unregister("_gpuscope_export")
     finally:
         cur.close()

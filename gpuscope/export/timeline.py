@@ -119,7 +119,7 @@ def _span(cur: Any, run_id: int, base: int, from_s: float | None, to_s: float | 
     from ..errors import ParameterError
     from ..store import read
 
-    windows = [a for a in read.annotations(cur, run_id, ["profiler_window"])]
+    windows = [a for a in read.annotation_rows(cur, run_id, ["profiler_window"])]
     if not 1 <= window <= len(windows):
         raise ParameterError("window", "the run has {count} profiler window(s); there is no window {value}",
                              {"count": str(len(windows)), "value": str(window)})

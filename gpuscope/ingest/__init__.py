@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import InputError
 from .devices import device_rows, map_devices
+from .parse import IngestCounts
 from .progress import Progress, ProgressLine, quiet, stderr_progress
 from .read import MAX_HEADER_BYTES, MAX_INFLATE_RATIO, InflateLimitError, expand_paths, inputs_digest, shown
 from .stage import STAGING_TABLES, TraceInfo, stage_traces
@@ -117,6 +118,7 @@ def ingest(
     Of the CPU ops, a trace with GPU activity keeps those that launched GPU work and their
     ancestors (``all_ops`` keeps every one); a CPU-only trace keeps every op.
     """
+    from .._db import one_row
     from .. import store
 
     store.check_store_path(db_path)  # before the parse: a bad --db should not cost a long ingest
@@ -128,35 +130,35 @@ def ingest(
     handed_over: duckdb.DuckDBPyConnection | None = None
     try:
         total_events = sum(i.events for i in infos)
-        gpu_rows, op_rows = con.execute(
+        gpu_rows, op_rows = one_row(con.execute(
             "SELECT (SELECT count(*) FROM kernel_stage), (SELECT count(*) FROM op_stage)"
-        ).fetchone()
-        ann_rows = con.execute("SELECT count(*) FROM annotation_stage").fetchone()[0]
+        ).fetchone())
+        ann_rows = one_row(con.execute("SELECT count(*) FROM annotation_stage").fetchone())[0]
         if gpu_rows == 0 and op_rows == 0 and ann_rows == 0:
             what = ", ".join(shown(f) for f in files)
-            if counts.get("not_traces") and not infos:
+            if counts.not_traces and not infos:
                 # a folder of broken files: each file's own reason, not one summary that hides them
                 folders = ", ".join(shown(p) for p in paths)
-                raise InputError(folders, "no usable trace: " + "; ".join(counts["not_traces"]))
+                raise InputError(folders, "no usable trace: " + "; ".join(counts.not_traces))
             if total_events == 0:
                 raise InputError(what, "the trace holds no events")
             raise InputError(what, f"no trace events gpuscope can use among {total_events} entries (not a Kineto/Chrome trace?)")
         devices = device_rows(con, infos, counts)
         map_devices(con, devices)
-        span = con.execute(
+        span = one_row(con.execute(
             "SELECT min(s), max(e) FROM (SELECT min(ts_ns) s, max(ts_ns + dur_ns) e FROM kernel_stage "
             "UNION ALL SELECT min(ts_ns), max(ts_ns + dur_ns) FROM op_stage "
             "UNION ALL SELECT min(ts_ns), max(ts_ns + dur_ns) FROM annotation_stage)"
-        ).fetchone()
+        ).fetchone())
         # one scan of the staged kernels for both the link counts and the kinds
-        counted = con.execute(
+        counted = one_row(con.execute(
             "SELECT count(*) FILTER (WHERE op_id IS NOT NULL), count(*) FILTER (WHERE op_id IS NULL), "
             "count(*) FILTER (WHERE launch_name IS NOT NULL), count(*) FILTER (WHERE kind = 'kernel'), "
             "count(*) FILTER (WHERE kind = 'memcpy'), count(*) FILTER (WHERE kind = 'memset') FROM kernel_stage"
-        ).fetchone()
+        ).fetchone())
         linked = dict(zip(("kernels_with_op", "kernels_without_op", "kernels_with_launch"), counted[:3]))
         loaded = dict(zip(("kernels", "memcpy", "memset"), counted[3:]))
-        kept_ops = op_rows if (all_ops or gpu_rows == 0) else con.execute("SELECT count(*) FROM op_launching").fetchone()[0]
+        kept_ops = op_rows if (all_ops or gpu_rows == 0) else one_row(con.execute("SELECT count(*) FROM op_launching").fetchone())[0]
         loaded.update(ops=kept_ops, annotations=ann_rows, devices=len(devices))
         ignored_ops = op_rows - kept_ops
         notes = _notes(infos, counts, gpu_rows, op_rows)
@@ -166,13 +168,15 @@ def ingest(
             notes.append(f"{ignored_ops} CPU ops that launched no GPU work (nor contain one that did) were not stored; "
                          "ingest with --all-ops to keep them")
         run_name = name or default_run_name(files)
-        info_doc = {
-            "ingest": {"skipped": counts["skipped"], "ignored": counts["ignored"], "linked": linked,
-                       "accelerators": counts["accelerators"]},
-            "notes": notes,
+        from ..store.run_info import RunInfo
+
+        info_doc = RunInfo(
+            ingest={"skipped": counts.skipped, "ignored": counts.ignored, "linked": linked,
+                    "accelerators": counts.accelerators},
+            notes=notes,
             # what `analyze PATH` / `compare PATH` look for to reuse this run instead of ingesting again
-            "inputs_digest": inputs_digest(files),
-        }
+            inputs_digest=inputs_digest(files),
+        )
         run_id, run_name, handed_over = write_run(
             con, db_path, name=run_name, files=files, span=span, info_doc=info_doc, notes=notes, infos=infos,
             devices=devices, all_ops=all_ops, into_run=into_run, keep_open=keep_open, progress=progress)
@@ -184,23 +188,23 @@ def ingest(
          "ts_relative": i.ts_relative, "base_time_ns": i.base_time_ns, "rank": i.rank}
         for i in infos
     ]
-    return IngestResult(run_id, run_name, file_docs, total_events, loaded, counts["skipped"],
-                        counts["ignored"], linked, notes, connection=handed_over)
+    return IngestResult(run_id, run_name, file_docs, total_events, loaded, counts.skipped,
+                        counts.ignored, linked, notes, connection=handed_over)
 
 
-def _notes(infos: list[TraceInfo], counts: dict[str, Any], gpu_rows: int, op_rows: int) -> list[str]:
+def _notes(infos: list[TraceInfo], counts: IngestCounts, gpu_rows: int, op_rows: int) -> list[str]:
     """What the user should know about the ingest: what was skipped, left out or cannot be known."""
     notes = []
-    if counts["accelerators"]:
-        kinds = ", ".join(f"{k} ({n} events)" for k, n in counts["accelerators"].items())
+    if counts.accelerators:
+        kinds = ", ".join(f"{k} ({n} events)" for k, n in counts.accelerators.items())
         notes.append(
             f"trace of a non-GPU accelerator: {kinds}; its events are ingested, but gpuscope models only "
             "NVIDIA and AMD GPUs"
         )
-    if counts.get("not_traces"):
-        notes.append("skipped files that are not traces: " + ", ".join(counts["not_traces"]))
-    if counts.get("graph_replayed_kernels"):
-        mapped, replayed = counts["graph_mapped_kernels"], counts["graph_replayed_kernels"]
+    if counts.not_traces:
+        notes.append("skipped files that are not traces: " + ", ".join(counts.not_traces))
+    if counts.graph_replayed_kernels:
+        mapped, replayed = counts.graph_mapped_kernels, counts.graph_replayed_kernels
         notes.append(
             f"{mapped} of {replayed} kernels replayed from CUDA/HIP graphs were mapped to the ops that captured them"
             + ("" if mapped else " (ingest the graph-capture trace in the same run to map them)")
@@ -213,9 +217,9 @@ def _notes(infos: list[TraceInfo], counts: dict[str, Any], gpu_rows: int, op_row
         notes.extend(i.notes)
         if i.ts_relative and i.base_time_ns == 0:
             notes.append(f"{shown(i.path)}: relative timestamps without baseTimeNanoseconds; absolute times are unknown")
-    if counts["skipped"]:
-        total = sum(counts["skipped"].values())
-        reasons = ", ".join(f"{n} {r}" for r, n in counts["skipped"].items())
+    if counts.skipped:
+        total = sum(counts.skipped.values())
+        reasons = ", ".join(f"{n} {r}" for r, n in counts.skipped.items())
         notes.append(f"skipped {total} malformed events ({reasons})")
     return notes
 

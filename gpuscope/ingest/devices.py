@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:  # pragma: no cover
     import duckdb
 
+    from .parse import IngestCounts
     from .stage import TraceInfo
 
 
@@ -61,10 +62,10 @@ def _vendor(props: dict[str, Any] | None, runtime_hip: int, runtime_cuda: int, a
 
 
 def device_rows(
-    con: duckdb.DuckDBPyConnection, infos: list[TraceInfo], counts: dict[str, Any]
+    con: duckdb.DuckDBPyConnection, infos: list[TraceInfo], counts: IngestCounts
 ) -> list[dict[str, Any]]:
     """One row per device of the staged traces (``device_id`` in order of trace, index, label);
-    ``counts`` are :func:`~.parse.count_events`' (runtime APIs and accelerators tell the vendor)."""
+    ``counts`` tell the vendor of a device without properties (its runtime API, its accelerator)."""
     labels = con.execute(
         "SELECT DISTINCT trace_id, dev_label, device_index FROM kernel_stage "
         "UNION SELECT DISTINCT trace_id, dev_label, TRY_CAST(dev_label AS INTEGER) FROM annotation_stage WHERE dev_label IS NOT NULL "
@@ -73,7 +74,7 @@ def device_rows(
     multi = len(infos) > 1
     ranks = [i.rank for i in infos]
     use_rank = multi and None not in ranks and len(set(ranks)) == len(ranks)
-    accel = next(iter(counts["accelerators"]), None)
+    accel = next(iter(counts.accelerators), None)
     specs = _spec_db() if labels else None
     rows = []
     per_trace: dict[int, list[int | None]] = {}
@@ -89,7 +90,7 @@ def device_rows(
             # deviceProperties lists the visible ones (id 0): match them in order.
             props = all_props[sorted(all_props)[sorted(i for i in indices if i is not None).index(index)]] \
                 if None not in indices else None
-        vendor, kind = _vendor(props, counts["runtime_hip"], counts["runtime_cuda"], accel)
+        vendor, kind = _vendor(props, counts.runtime_hip, counts.runtime_cuda, accel)
         dev = f"gpu{index}" if index is not None else f"device:{label}"
         prefix = (f"rank{info.rank}/" if use_rank else f"trace{trace_id}/") if multi else ""
         cc = None

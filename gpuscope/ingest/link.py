@@ -173,8 +173,9 @@ def split_events(batches: Batches) -> None:
 def link_kernels(con: duckdb.DuckDBPyConnection) -> tuple[int, int]:
     """Link kernels to launches and ops, build the op tree and map graph replays (the tables of
     :func:`split_events`). Returns (replayed kernels, mapped kernels)."""
+    from .._db import one_row
     con.execute(_LINK_SQL)
-    if con.execute(f"SELECT count(*) {_UNCLAIMED_LAUNCHES}").fetchone()[0]:
+    if one_row(con.execute(f"SELECT count(*) {_UNCLAIMED_LAUNCHES}").fetchone())[0]:
         con.execute(_ENCLOSING_LINK_SQL)
     # the one definition of a category (kernel_names), which the analyzers use too
     con.execute(_FINISH_LINK_SQL.replace("{category}", category_sql("g.kind", "g.name")))
@@ -238,17 +239,17 @@ def map_graph_replays(con: duckdb.DuckDBPyConnection) -> tuple[int, int]:
         while j < len(replay) and replay[j][:2] == replay[i][:2]:
             j += 1
         group = replay[i:j]
-        names = tuple(r[3] for r in group)
-        if names not in cache:
-            best: list[int | None] = [None] * len(names)
+        launched = tuple(r[3] for r in group)
+        if launched not in cache:
+            best: list[int | None] = [None] * len(launched)
             best_n = 0
             for g_names, g_ops in graphs.values():
-                idx = _align(names, g_names)
+                idx = _align(launched, g_names)
                 n = sum(x is not None for x in idx)
                 if n > best_n:
                     best_n, best = n, [g_ops[x] if x is not None else None for x in idx]
-            cache[names] = best if best_n >= GRAPH_MATCH_MIN * len(names) else [None] * len(names)
-        for row, op_id in zip(group, cache[names]):
+            cache[launched] = best if best_n >= GRAPH_MATCH_MIN * len(launched) else [None] * len(launched)
+        for row, op_id in zip(group, cache[launched]):
             if op_id is not None:
                 for col, v in zip(cols, (row[0], row[1], row[2], row[3], op_id)):
                     col.append(v)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -72,11 +73,6 @@ TS_MAX_NS = 1 << 62
 DUR_MAX_NS = 1 << 60
 
 
-def sql_str(s: str) -> str:
-    """``s`` as a SQL string literal."""
-    return "'" + s.replace("'", "''") + "'"
-
-
 def _sql_ident(s: str) -> str:
     return '"' + s.replace('"', '""') + '"'
 
@@ -88,7 +84,9 @@ _PART_SQL = r"coalesce(TRY_CAST(regexp_extract(filename, '\.part(\d+)\.json$', 1
 
 
 def _file_list(files: Sequence[Path]) -> str:
-    return "[" + ", ".join(sql_str(str(f)) for f in files) + "]"
+    from .._db import sql_literal
+
+    return "[" + ", ".join(sql_literal(str(f)) for f in files) + "]"
 
 
 #: DuckDB's JSON reader reads one JSON object whole, up to ``maximum_object_size``: its
@@ -102,6 +100,8 @@ MAX_EVENT_BYTES = 64 << 20
 def _typed_source(files: Sequence[Path], object_bytes: int = EVENT_BYTES) -> str:
     """Events read by DuckDB into typed columns: the fast path. It fails on events that do not
     fit the types (a non-object element, a string ``ts``, duplicate keys in ``args``, ...)."""
+    from .._db import sql_literal
+
     top = [k for _, k, _ in _FIELDS if not k.startswith("args.")]
     arg_keys: list[str] = []
     seen: set[str] = set()
@@ -110,9 +110,9 @@ def _typed_source(files: Sequence[Path], object_bytes: int = EVENT_BYTES) -> str
         if k.startswith("args.") and k[5:].lower() not in seen:
             seen.add(k[5:].lower())
             arg_keys.append(k[5:])
-    cols = [f"{k}: {sql_str('JSON' if k in _NUMERIC_TOP else 'VARCHAR')}" for k in top]
+    cols = [f"{k}: {sql_literal('JSON' if k in _NUMERIC_TOP else 'VARCHAR')}" for k in top]
     struct = ", ".join(f"{_sql_ident(k)} VARCHAR" for k in arg_keys)
-    cols.append(f"args: {sql_str(f'STRUCT({struct})')}")
+    cols.append(f"args: {sql_literal(f'STRUCT({struct})')}")
     sel = []
     for name, key, _ in _FIELDS:
         if not key.startswith("args."):
@@ -130,14 +130,16 @@ def _typed_source(files: Sequence[Path], object_bytes: int = EVENT_BYTES) -> str
 def _lenient_source(files: Sequence[Path], object_bytes: int = EVENT_BYTES) -> str:
     """Events read as JSON text with every field pulled out by path: never fails on an event
     that is valid JSON, whatever its shape."""
+    from .._db import sql_literal
+
     paths, sel = [], []
     for name, key, _ in _FIELDS:
         if key in _NUMERIC_TOP:  # as JSON text: a string "200" keeps its quotes and is no number
-            sel.append(f"json_extract(json, {sql_str('$.' + key)}) AS {name}")
+            sel.append(f"json_extract(json, {sql_literal('$.' + key)}) AS {name}")
             continue
         paths.append("$.args." + _sql_ident(key[5:]) if key.startswith("args.") else "$." + key)
         sel.append(f"v[{len(paths)}] AS {name}")
-    plist = "[" + ", ".join(sql_str(p) for p in paths) + "]"
+    plist = "[" + ", ".join(sql_literal(p) for p in paths) + "]"
     return (
         f"SELECT json_type(json) AS jtype, {', '.join(sel)}, part FROM (SELECT json, json_extract_string(json, {plist}) "
         f"AS v, {_PART_SQL} AS part FROM read_json_objects({_file_list(files)}, format='array', "
@@ -163,9 +165,11 @@ def _ns(ts: str, base: int) -> str:
 
 
 def _insert_sql(trace_id: int, base_ns: int, source: str) -> str:
-    gpu = ", ".join(sql_str(c) for c in GPU_CATEGORIES)
-    ops = ", ".join(sql_str(c) for c in OP_CATEGORIES)
-    ann = ", ".join(sql_str(c) for c in ANNOTATION_CATEGORIES)
+    from .._db import sql_literal
+
+    gpu = ", ".join(sql_literal(c) for c in GPU_CATEGORIES)
+    ops = ", ".join(sql_literal(c) for c in OP_CATEGORIES)
+    ann = ", ".join(sql_literal(c) for c in ANNOTATION_CATEGORIES)
     conv = ", ".join(c.format(x=name) + f" AS {name}" for name, _, c in _FIELDS if name not in ("ts_us", "dur_us"))
     kept = ["coalesce(ext_a, ext_b) AS ext_id" if n == "ext_id" else n for n in _EV_COLUMNS]
     return f"""
@@ -410,12 +414,13 @@ def _insert_batch(batches: Batches, trace_id: int, source: Path, batch: Sequence
 
 def _insert_events(con: duckdb.DuckDBPyConnection, trace_id: int, source: Path, files: Sequence[Path]) -> int:
     """Read the events in ``files`` (one JSON array each) into ``ev``; returns how many went in."""
+    from .._db import one_row
     from .._db import duckdb
 
     for object_bytes in (EVENT_BYTES, MAX_EVENT_BYTES):
         for reader in (_typed_source, _lenient_source):
             try:
-                return int(con.execute(_insert_sql(trace_id, 0, reader(files, object_bytes))).fetchone()[0])
+                return int(one_row(con.execute(_insert_sql(trace_id, 0, reader(files, object_bytes))).fetchone())[0])
             except duckdb.OutOfMemoryException:
                 raise  # left to stage_traces, which retries without its memory limit
             except (duckdb.IOException, duckdb.InterruptException) as exc:
@@ -450,10 +455,35 @@ def _reader_error(exc: Exception, files: Sequence[Path]) -> str:
 ACCELERATOR_PREFIXES = {"mtia": "MTIA", "xpu": "Intel XPU", "hpu": "Gaudi HPU", "privateuse1": "PrivateUse1"}
 
 
-def count_events(con: duckdb.DuckDBPyConnection) -> dict[str, Any]:
+@dataclass(frozen=True)
+class IngestCounts:
+    """What an ingest counted besides its rows: :func:`count_events` fills the event counts,
+    ``stage_traces`` adds the files it skipped and the graph replays it mapped; ``ingest`` turns
+    them into the run's notes and ``info.ingest``, ``devices`` reads the runtime APIs and the
+    accelerators to tell a device's vendor."""
+
+    #: malformed events by reason (skipped, never stored)
+    skipped: dict[str, int]
+    #: events of categories gpuscope does not use, by category (``ph=X`` or "no category" without one)
+    ignored: dict[str, int]
+    #: events of accelerators that are not GPUs gpuscope models, by name (:data:`ACCELERATOR_PREFIXES`)
+    accelerators: dict[str, int]
+    #: runtime calls of the HIP API
+    runtime_hip: int
+    #: runtime calls of the CUDA API
+    runtime_cuda: int
+    #: files of a scanned folder that were not traces, each as "NAME (why)"
+    not_traces: list[str] = field(default_factory=list)
+    #: kernels replayed from CUDA/HIP graphs, and how many of them were mapped to an op
+    graph_replayed_kernels: int = 0
+    graph_mapped_kernels: int = 0
+
+
+def count_events(con: duckdb.DuckDBPyConnection) -> IngestCounts:
     """Counts of the parsed events gpuscope does not use as rows: malformed ones by reason,
     ignored ones by category, events of non-GPU accelerators, and runtime calls by API (HIP
     or CUDA, which tells the vendor of a device without properties)."""
+    from .._db import one_row
     skipped: dict[str, int] = {}
     ignored: dict[str, int] = {}
     accel: dict[str, int] = {}
@@ -471,9 +501,9 @@ def count_events(con: duckdb.DuckDBPyConnection) -> dict[str, Any]:
         pretty = next((v for k, v in ACCELERATOR_PREFIXES.items() if cat and cat.lower().startswith(k)), None)
         if pretty:
             accel[pretty] = accel.get(pretty, 0) + n
-    hip, cuda = con.execute("SELECT coalesce(sum(hip), 0), coalesce(sum(cuda), 0) FROM ev_counts").fetchone()
-    return {"skipped": skipped, "ignored": ignored, "accelerators": accel, "runtime_hip": int(hip),
-            "runtime_cuda": int(cuda)}
+    hip, cuda = one_row(con.execute("SELECT coalesce(sum(hip), 0), coalesce(sum(cuda), 0) FROM ev_counts").fetchone())
+    return IngestCounts(skipped=skipped, ignored=ignored, accelerators=accel, runtime_hip=int(hip),
+                        runtime_cuda=int(cuda))
 
 
 def count_graph_events(con: duckdb.DuckDBPyConnection) -> dict[int, dict[str, int]]:
@@ -484,7 +514,9 @@ def count_graph_events(con: duckdb.DuckDBPyConnection) -> dict[int, dict[str, in
 
 def usable_events(batches: Batches, trace_id: int) -> tuple[int, int | None]:
     """(events gpuscope uses, the earliest of their times in ns) of one parsed trace."""
-    n, first = batches.con.execute(
+    from .._db import one_row
+
+    n, first = one_row(batches.con.execute(
         f"SELECT coalesce(sum(n), 0), min(min_ts_ns) FROM {batches.union('ev_counts')} "
-        f"WHERE trace_id = ? AND {USABLE_EVENTS}", [trace_id]).fetchone()
+        f"WHERE trace_id = ? AND {USABLE_EVENTS}", [trace_id]).fetchone())
     return int(n), first

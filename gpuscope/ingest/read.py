@@ -657,7 +657,7 @@ SPOOL_DIR_PREFIX = "gpuscope-ingest-"
 def sweep_stale_spools(tmp: Path | None = None) -> list[Path]:
     """Remove the spool folders of ingests that are gone (their process no longer exists),
     the current user's only. Returns what was removed."""
-    removed = []
+    removed: list[Path] = []
     tmp = Path(tmp or tempfile.gettempdir())
     try:
         entries = list(tmp.glob(f"{SPOOL_DIR_PREFIX}*"))

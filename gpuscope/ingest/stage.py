@@ -5,17 +5,16 @@ Nothing here touches the store; :mod:`.write` writes what the staging tables hol
 from __future__ import annotations
 
 import os
-import re
 from collections.abc import Collection, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..errors import GpuscopeError, InputError
 from .link import link_kernels, split_events
 from .parse import (
-    DUR_MAX_NS, TS_MAX_NS, TS_MIN_NS, Batches, count_events, count_graph_events, header_value, load_trace, sql_str,
-    time_base, usable_events,
+    DUR_MAX_NS, TS_MAX_NS, TS_MIN_NS, Batches, IngestCounts, count_events, count_graph_events, header_value,
+    load_trace, time_base, usable_events,
 )
 from .progress import Progress, ProgressLine, quiet
 from .read import MAX_INFLATE_RATIO, InflateLimitError, PartStream, SpoolAhead, open_regular, shown
@@ -87,10 +86,10 @@ def _staging_connection(spill_dir: Path) -> duckdb.DuckDBPyConnection:
     """The in-memory staging database, spilling into ``spill_dir``: the ingest's own folder
     (:class:`~.read.SpoolAhead`'s), so that concurrent ingests never share spill files and
     those of a killed one are removed with its spools."""
-    from .._db import duckdb
+    from .._db import duckdb, sql_literal
 
     con = duckdb.connect(":memory:", config={"threads": 1})
-    con.execute(f"SET temp_directory = {sql_str(str(spill_dir))}")
+    con.execute(f"SET temp_directory = {sql_literal(str(spill_dir))}")
     return con
 
 
@@ -117,12 +116,13 @@ def default_threads() -> int:
 def stage_traces(
     paths: Sequence[Path], progress: Progress = quiet, optional: Collection[Path] = (),
     max_inflate_ratio: float = MAX_INFLATE_RATIO, threads: int | None = None,
-) -> tuple[duckdb.DuckDBPyConnection, list[TraceInfo], dict[str, Any]]:
+) -> tuple[duckdb.DuckDBPyConnection, list[TraceInfo], IngestCounts]:
     """Spool, parse and link ``paths`` into staging tables of an in-memory DuckDB.
 
     Files in ``optional`` (found by scanning a directory) that turn out not to be traces are
     skipped with a note instead of failing the ingest. Returns the staging connection (tables
-    ``kernel_stage``, ``op_stage``, ``annotation_stage``), per-file information, and counts.
+    ``kernel_stage``, ``op_stage``, ``annotation_stage``), per-file information, and
+    :class:`~.parse.IngestCounts`.
     Nothing touches the store. ``threads`` (default :func:`default_threads`) is the most
     DuckDB threads and files spooled at once; inputs under :data:`PARALLEL_JSON_BYTES` are
     parsed on one.
@@ -146,13 +146,15 @@ def stage_traces(
 def _stage_traces(
     paths: Sequence[Path], progress: Progress, optional: Collection[Path], memory_limit: str | None,
     max_inflate_ratio: float = MAX_INFLATE_RATIO, threads: int = 1,
-) -> tuple[duckdb.DuckDBPyConnection, list[TraceInfo], dict[str, Any]]:
+) -> tuple[duckdb.DuckDBPyConnection, list[TraceInfo], IngestCounts]:
+    from .._db import sql_literal
+
     ahead = SpoolAhead(paths, max_inflate_ratio, workers=threads)
     try:
         con = _staging_connection(ahead.dir / "spill")
         try:
             if memory_limit:
-                con.execute(f"SET memory_limit = {sql_str(memory_limit)}")
+                con.execute(f"SET memory_limit = {sql_literal(memory_limit)}")
             return _stage_into(con, paths, progress, optional, memory_limit, ahead, threads)
         except BaseException:
             con.close()
@@ -164,7 +166,9 @@ def _stage_traces(
 def _stage_into(
     con: duckdb.DuckDBPyConnection, paths: Sequence[Path], progress: Progress, optional: Collection[Path],
     memory_limit: str | None, ahead: SpoolAhead, max_threads: int = 1,
-) -> tuple[duckdb.DuckDBPyConnection, list[TraceInfo], dict[str, Any]]:
+) -> tuple[duckdb.DuckDBPyConnection, list[TraceInfo], IngestCounts]:
+    from .._db import sql_literal
+
     batches = Batches(con)
     infos: list[TraceInfo] = []
     not_traces: list[str] = []
@@ -181,7 +185,7 @@ def _stage_into(
         if state["threads"] == 1 and max_threads > 1:
             state["threads"] = max_threads
             con.execute(f"SET threads = {max_threads}")
-        con.execute(f"SET memory_limit = {sql_str(LARGE_STAGING_MEMORY_LIMIT)}" if memory_limit is not None
+        con.execute(f"SET memory_limit = {sql_literal(LARGE_STAGING_MEMORY_LIMIT)}" if memory_limit is not None
                     else "RESET memory_limit")
 
     if sum(_json_estimate(p) for p in paths) >= PARALLEL_JSON_BYTES:
@@ -228,13 +232,13 @@ def _stage_into(
     for name in ("gpu", "annotation_stage", "ev_counts"):  # small next to the ops and launches
         batches.materialize(name)
     split_events(batches)
-    counts = count_events(con)
+    event_counts = count_events(con)
     graph_events = count_graph_events(con)
     for info in infos:
         info.graph_events = graph_events.get(info.trace_id, {"stream_begin_capture": 0, "graph_launch": 0})
     con.execute("DROP TABLE ev_counts")
-    counts["not_traces"] = not_traces
-    counts["graph_replayed_kernels"], counts["graph_mapped_kernels"] = link_kernels(con)
+    replayed, mapped = link_kernels(con)
+    counts = replace(event_counts, not_traces=not_traces, graph_replayed_kernels=replayed, graph_mapped_kernels=mapped)
     apply_time_bases(con, infos)
     return con, infos, counts
 
@@ -274,8 +278,10 @@ def _base_fits(con: duckdb.DuckDBPyConnection, trace_id: int, base_ns: int) -> b
             dur = {"ts_ns": "dur_ns", "launch_ts_ns": "launch_dur_ns"}.get(c) if table != "graph_stage" else None
             end = f"{c}::HUGEINT + coalesce({dur}, 0)" if dur else f"{c}::HUGEINT"
             ends.append(f"SELECT max({end}) AS v FROM {table} WHERE trace_id = {int(trace_id)}")
-    lo, hi = con.execute(f"SELECT (SELECT min(v) FROM ({' UNION ALL '.join(starts)})), "
-                         f"(SELECT max(v) FROM ({' UNION ALL '.join(ends)}))").fetchone()
+    from .._db import one_row
+
+    lo, hi = one_row(con.execute(f"SELECT (SELECT min(v) FROM ({' UNION ALL '.join(starts)})), "
+                                 f"(SELECT max(v) FROM ({' UNION ALL '.join(ends)}))").fetchone())
     return (lo is None or int(lo) + base_ns >= TS_MIN_NS) and (hi is None or int(hi) + base_ns < TS_MAX_NS + DUR_MAX_NS)
 
 

@@ -21,6 +21,8 @@ from .stage import STAGING_TABLES, TraceInfo
 if TYPE_CHECKING:  # pragma: no cover
     import duckdb
 
+    from ..store.run_info import RunInfo
+
 #: The key of ``traces.metadata`` under which ingest records the trace's graph capture and
 #: launch events (analyzers/scope.py reads it).
 GRAPH_EVENTS_KEY = "gpuscope_graph_events"
@@ -28,7 +30,7 @@ GRAPH_EVENTS_KEY = "gpuscope_graph_events"
 
 def write_run(
     con: duckdb.DuckDBPyConnection, db_path: Path | str, *, name: str, files: Sequence[Path],
-    span: tuple[int | None, int | None], info_doc: dict[str, Any], notes: list[str], infos: list[TraceInfo],
+    span: tuple[int | None, int | None], info_doc: RunInfo, notes: list[str], infos: list[TraceInfo],
     devices: list[dict[str, Any]], all_ops: bool, into_run: int | None, keep_open: bool, progress: Progress,
 ) -> tuple[int, str, duckdb.DuckDBPyConnection | None]:
     """Attach the store at ``db_path`` to the staging connection ``con`` and write the run.
@@ -37,10 +39,13 @@ def write_run(
     its current database the store and its staging tables dropped; otherwise None, and the store
     is detached again (the caller closes ``con`` either way unless it is handed over). With
     ``into_run`` the traces join that run, their trace, device and op ids after its own.
+    ``info_doc``: the new run's ``runs.info``; joining a run, only its ``ingest`` counts and
+    ``notes`` are added to that run's.
     """
     from .. import store
     from .._db import duckdb
     from ..store import read, runs, trace_rows
+    from ..store.run_info import RunInfo
 
     handed_over: duckdb.DuckDBPyConnection | None = None
     run_name = name
@@ -58,11 +63,13 @@ def write_run(
                 run_id = runs.add_ingested(con, name=run_name, started_ns=span[0], ended_ns=span[1],
                                            command=["gpuscope", "ingest", *(str(f) for f in files)], info=info_doc)
             else:
-                run_name = read.run_name(con, into_run)
-                if run_name is None:
+                found = read.run_name(con, into_run)
+                if found is None:
                     raise InputError(f"run {into_run}", "no such run")
+                run_name = found
                 run_id = into_run
-                runs.merge_info(con, run_id, {"ingest": info_doc["ingest"]}, append_notes=notes)
+                # joining a recorded run: its own digest, owner and notes stay; ingest's counts and notes are added
+                runs.merge_info(con, run_id, RunInfo(ingest=info_doc.ingest), append_notes=notes)
                 offsets = trace_rows.next_ids(con, run_id)
                 taken = trace_rows.device_keys(con, run_id)
                 for d in devices:  # e.g. telemetry's gpu0 and the trace's gpu0: keep keys unique

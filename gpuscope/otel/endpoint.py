@@ -296,7 +296,7 @@ class MetricsEndpoint:
             timeout = min(timeout, max(0.0, min(c.deadline for c in self._conns.values()) - now))
         if self._accept_paused_until is not None:
             timeout = min(timeout, max(0.0, self._accept_paused_until - now))
-        for key, mask in self._sel.select(timeout):
+        for key, _mask in self._sel.select(timeout):
             if key.data is None:
                 self._accept()
             elif key.data == "wake":

@@ -1,10 +1,11 @@
-"""The sampler's rows as OpenTelemetry metrics (the SDK), for ``gpuscope monitor``.
+"""The sampler's rows as OpenTelemetry metrics (the SDK), for ``gpuscope monitor`` and ``run --otlp``.
 
 :class:`TelemetryState` is a :class:`~gpuscope.sinks.base.Sink`: it keeps the newest value of
 every point (instrument + attributes, :mod:`gpuscope.otel.names`) and integrates byte rates into
 counters. :func:`meter_provider` registers one observable instrument per name whose callback
 reads that state, so every reader (OTLP's periodic exporter, the Prometheus reader) sees the
-same newest values. OpenTelemetry is imported only here and in the monitor command.
+same newest values; :func:`gpuscope.otel.setup.metrics_export` builds it with its readers.
+OpenTelemetry is imported only inside functions.
 """
 from __future__ import annotations
 

@@ -83,6 +83,7 @@ def export_spans(plan: dict[str, Any], endpoint: str | None, protocol: str, reso
     from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExportResult
 
     kw: dict[str, Any] = {"timeout": timeout_s}
+    exporter: Any  # the gRPC or the HTTP span exporter: two classes with one interface
     if protocol == "grpc":
         from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter as Grpc
 

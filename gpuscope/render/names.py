@@ -118,7 +118,7 @@ def distinct_names(names: Sequence[str], width: int) -> list[str]:
     # still alike (very narrow columns): number them
     seen: dict[str, int] = defaultdict(int)
     counts: dict[str, int] = defaultdict(int)
-    for i, s in enumerate(shown):
+    for s in shown:
         counts[s] += 1
     for i, s in enumerate(shown):
         if counts[s] > 1 and len({names[j] for j, t in enumerate(shown) if t == s}) > 1:

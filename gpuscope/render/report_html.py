@@ -126,7 +126,7 @@ def _roofline(doc: dict[str, Any]) -> str:
     if not pts:
         return "<p class='muted'>No op with a known arithmetic intensity and FLOP rate to place on the roofline.</p>"
     bw = float(dev["mem_bw_bytes_per_s"]) if dev else None
-    dtypes = sorted({o.get("dtype") for o in pts if o.get("dtype")})
+    dtypes = sorted({o["dtype"] for o in pts if o.get("dtype")})
     peaks = {dt: float(dev["peak_flops_per_s"][dt]) for dt in dtypes if dev and dt in (dev.get("peak_flops_per_s") or {})}
     xs = [float(o["intensity_flop_per_byte"]) for o in pts]
     ys = [float(o["achieved_flops_per_s"]) for o in pts] + list(peaks.values())
@@ -293,7 +293,7 @@ def render_report(data: dict[str, Any]) -> str:
         f"<h1>{esc(run['name'])}</h1>", _summary(data),
         "<h2>Where the GPU time went</h2>", _breakdown(doc),
         "<h2>Roofline</h2>", _roofline(doc), _coverage(doc),
-        f"<h2>Top ops</h2>", _ops_table(doc),
+        "<h2>Top ops</h2>", _ops_table(doc),
         "<h2>Top kernels</h2>", _kernels_table(doc),
         "<h2>Telemetry</h2>", _telemetry(data),
         "<h2>Advice</h2>", _advice(doc),

@@ -78,9 +78,14 @@ def render_entry(s: GpuSpec, db: SpecDB) -> str:
     kv("memory bandwidth", None if s.mem_bw_bytes_per_s is None else f"{s.mem_bw_bytes_per_s / 1e12:.4g} TB/s")
     if s.host_link == "unified-memory":
         kv("host link", "none: unified memory (host copies stay in device memory)")
-    elif s.host_link_label():
-        kv("host link", s.host_link_label() + (f", {s.host_link_bytes_per_s / 1e9:.1f} GB/s per direction"
-                                               if s.host_link_bytes_per_s else ""))
+    elif label := s.host_link_label():
+        kv("host link", label + (f", {s.host_link_bytes_per_s / 1e9:.1f} GB/s per direction"
+                                 if s.host_link_bytes_per_s else ""))
+    if (link := s.scaleup_label()) and s.scaleup_link != "pcie" and s.scaleup_bytes_per_s:
+        kv("GPU-to-GPU link", f"{link}, {s.scaleup_bytes_per_s / 1e9:.4g} GB/s per direction ({s.scaleup_topology}"
+           + (f", {s.scaleup_domain_gpus} GPUs a domain)" if s.scaleup_domain_gpus else ")"))
+    elif link:
+        kv("GPU-to-GPU link", link)
     kv("SM/CU", None if s.compute_units is None else f"{s.compute_units} {s.compute_unit_kind or ''}".rstrip())
     clock = None
     if s.boost_clock_mhz:

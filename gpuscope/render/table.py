@@ -143,7 +143,7 @@ def table(headers: Sequence[str], rows: Sequence[Sequence[Any]], align: str | No
 
     def narrow(floor: int) -> None:
         # the flex column takes what the others leave, down to `floor`
-        if fi is None or not body or total(cols) <= width:
+        if fi is None or width is None or not body or total(cols) <= width:
             return
         others = total([c for c in cols if c != fi]) + 2
         room = max(len(headers[fi]), floor, width - others)

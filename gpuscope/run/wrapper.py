@@ -23,11 +23,11 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..errors import GpuscopeError, InputError, ParameterError
 from ..paths import user_umask
@@ -35,6 +35,19 @@ from ..redact import redact_argv, redact_command
 from ..textsafe import raw_stream, visible
 from . import contract
 from .bootstrap import CHILD_FILES
+from .summary import Interruption, ProfilerSummary, RunSummary
+
+if TYPE_CHECKING:  # pragma: no cover
+    from collections.abc import Callable
+
+    from ..otel.otlp import OtlpTarget
+    from ..sampling import Sampler
+    from ..sinks.memory import LiveBuffer
+    from ..sinks.store import StoreSink
+    from ..store.read import AnnotationRow
+
+    #: how the wrapper says what it does (the CLI's progress lines on stderr)
+    Say = Callable[[str], None]
 
 FORWARDED_SIGNALS = ("SIGINT", "SIGTERM", "SIGHUP", "SIGQUIT")
 
@@ -70,9 +83,9 @@ class RunOptions:
     replay: Path | None = None
     #: The child's stdout goes to gpuscope's stderr (``--json``: stdout carries the document only).
     child_stdout_to_stderr: bool = False
-    #: ``--otlp``: (endpoint or None for the OTEL_* variables, protocol, export interval in s):
-    #: the telemetry as OpenTelemetry metrics while the run runs, and its spans at the end.
-    otlp: tuple[str | None, str, float] | None = None
+    #: ``--otlp``: where the telemetry goes as OpenTelemetry metrics while the run runs, and its
+    #: spans at the end.
+    otlp: OtlpTarget | None = None
     #: ``--model``: (ModelSpec, source) of the model the program serves, stored with the run.
     model: tuple[Any, str] | None = None
 
@@ -84,7 +97,8 @@ class RunOutcome:
     run_id: int
     exit_code: int
     run_dir: Path
-    summary: dict[str, Any]
+    #: the run's summary; ``summary.to_json()`` is the ``--json`` document
+    summary: RunSummary
     #: the child's marks as it wrote them (for the run's spans)
     marks: list[dict[str, Any]] = field(default_factory=list)
 
@@ -233,12 +247,12 @@ def _new_run_dir(root: Path, base: str) -> Path:
     raise GpuscopeError(f"{root}: no free run directory for {base}")
 
 
-def execute(opts: RunOptions, progress: Any = None) -> RunOutcome:
+def execute(opts: RunOptions, progress: Say | None = None) -> RunOutcome:
     """Run the command as a recorded run; returns when the child has exited and the run is
     stored (and analyzed unless ``opts.analyze`` is False)."""
     from .. import store
-    from ..collectors import ProcessTree, default_collectors
-    from ..sampling import Sampler
+    from ..collectors import ProcessTree
+    from ..pipeline import build_sampler, load_replay
     from ..sinks import LiveBuffer, StoreSink
 
     say = progress or (lambda msg: None)
@@ -249,24 +263,27 @@ def execute(opts: RunOptions, progress: Any = None) -> RunOutcome:
     _checked_runs_root(opts.db, create=False)  # one found unfit is refused before the run exists
     tree = ProcessTree([])
     live = LiveBuffer(maxlen=4)
-    sink = StoreSink(opts.db, name=name, command=redact_command(opts.command), source="run", final_status=None)
+    replay = None
     if opts.replay is not None:
-        from ..collectors import HostCollector, ReplayCollector
-        from ..collectors.replay import gpus_only
-
         if not Path(opts.replay).is_file():
             raise InputError(str(opts.replay), "no such recording file")
         # The recording's GPUs stand in for this machine's; its host row does not: the host that
         # runs the command (and its process tree) is this one.
-        collectors = [ReplayCollector(gpus_only(opts.replay), loop=True), HostCollector(tree)]
-    else:
-        collectors = default_collectors(tree)
+        replay = load_replay(opts.replay)
     degraded: list[Any] = []
     otel = _OtlpRun(opts, name) if opts.otlp is not None else None
-    sampler = Sampler(collectors, [sink, live] + ([otel.state] if otel else []), interval_s=1.0 / opts.hz, tree=tree,
-                      on_degradation=degraded.append)
-    sampler.start()
-    run_id = int(sink.run_id)  # type: ignore[arg-type]
+    # The run exists from here (every input checked); the wrapper owns its lifecycle and its
+    # store sink writes samples under it, nothing else.
+    run_id = _begin_run(opts.db, name, redact_command(opts.command), 1.0 / opts.hz)
+    sink = StoreSink(opts.db, run_id=run_id, source="run", final_status=None)
+    # the command's process tree: the processes watched, and measured in the host row
+    sampler = build_sampler([sink, live] + ([otel.state] if otel else []), interval_s=1.0 / opts.hz, replay=replay,
+                            watch=tree, host_tree=tree, on_degradation=degraded.append)
+    try:
+        sampler.start()
+    except BaseException:
+        _abandon_run(opts.db, run_id)
+        raise
     root = _runs_root(opts.db)
     try:
         run_dir = _new_run_dir(_checked_runs_root(opts.db, create=True), f"{run_id}-{name}")
@@ -274,7 +291,7 @@ def execute(opts: RunOptions, progress: Any = None) -> RunOutcome:
     except Exception as exc:  # the program never started: the run is closed as failed, not left recording
         sampler.stop()
         try:
-            _finish(opts.db, run_id, "failed", None, time.time_ns())
+            _finish(opts.db, run_id, "failed", None, time.time_ns(), sampler.stats.started_ns)
         except GpuscopeError:  # the store's disk is full too: the run reads as incomplete once we are gone
             pass
         reason = store.write_failure_reason(exc) if isinstance(exc, OSError) else None
@@ -283,8 +300,7 @@ def execute(opts: RunOptions, progress: Any = None) -> RunOutcome:
                                 "started") from None
         raise
     started_ns = time.time_ns()
-    _update_info(opts.db, run_id, {"owner": {"pid": os.getpid(), "host": store.hostname()},
-                                   "run_dir": str(run_dir), "profile": json.loads(opts.profile.to_env())})
+    _recording_started(opts.db, run_id, sampler, run_dir, opts.profile)
     if opts.model is not None:
         from ..store import runs as store_runs
 
@@ -294,10 +310,11 @@ def execute(opts: RunOptions, progress: Any = None) -> RunOutcome:
     child_stdout = _stderr_fd() if opts.child_stdout_to_stderr else None
     try:
         # The child keeps the user's umask: gpuscope's own files are owner-only, the program's are its business.
-        child = subprocess.Popen(opts.command, env=env, process_group=0, umask=user_umask(), stdout=child_stdout) \
-            if sys.version_info >= (3, 11) \
-            else subprocess.Popen(opts.command, env=env, preexec_fn=os.setpgrp, umask=user_umask(),  # noqa: PLW1509
-                                  stdout=child_stdout)
+        if sys.version_info >= (3, 11):
+            child = subprocess.Popen(opts.command, env=env, process_group=0, umask=user_umask(), stdout=child_stdout)
+        else:  # process_group is 3.11's; before it the child makes its own group
+            child = subprocess.Popen(opts.command, env=env, preexec_fn=os.setpgrp, umask=user_umask(),  # noqa: PLW1509
+                                     stdout=child_stdout)
     except OSError as exc:
         sampler.stop()
         _finish(opts.db, run_id, "failed", None, time.time_ns())
@@ -337,18 +354,19 @@ def execute(opts: RunOptions, progress: Any = None) -> RunOutcome:
         finally:
             child_done.set()
         ended_ns = time.time_ns()
-        outcome = _store(opts, say, sampler, degraded, run_id, run_dir, code, started_ns, ended_ns, stops)
+        outcome = _store(opts, say, sampler, sink, degraded, run_id, run_dir, code, started_ns, ended_ns, stops)
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
-    if opts.analyze and outcome.summary.get("store_error") is None:
-        outcome.summary.update(_analyze(opts.db, run_id, opts.tokens, opts.model))
+    summary = outcome.summary
+    if opts.analyze and summary.store_error is None:
+        summary.analysis, summary.telemetry = _analyze(opts.db, run_id, opts.tokens, opts.model)
         if opts.replay is None:  # replayed GPUs are not the ones the program ran on
-            note = window_missed_gpu_note(opts.profile, outcome.summary)
+            note = window_missed_gpu_note(opts.profile, summary)
             if note:
-                outcome.summary["profiler"]["notes"].append(note)
+                summary.profiler.notes.append(note)
     if otel is not None:
-        outcome.summary["otlp"] = otel.finish(outcome, name, redact_command(opts.command), started_ns, ended_ns, say)
+        summary.otlp = otel.finish(outcome, name, redact_command(opts.command), started_ns, ended_ns, say)
     return outcome
 
 
@@ -357,31 +375,25 @@ class _OtlpRun:
     monitor's instruments, the resource naming the run) and its spans at the end."""
 
     def __init__(self, opts: RunOptions, name: str) -> None:
-        from opentelemetry.sdk.metrics.export import PeriodicExportingMetricReader
-
-        from ..machine import hostname
-        from ..otel.export import QueueingExporter, otlp_exporter
-        from ..otel.sink import TelemetryState, meter_provider
+        from ..otel.setup import metrics_export, resource_attributes
+        from ..otel.sink import TelemetryState
 
         assert opts.otlp is not None
-        self.endpoint, self.protocol, export_s = opts.otlp
-        self.resource = {"host.name": hostname(), "gpuscope.run.name": name}
-        if not os.environ.get("OTEL_SERVICE_NAME"):
-            self.resource["service.name"] = "gpuscope-run"
+        self.endpoint, self.protocol = opts.otlp.endpoint, opts.otlp.protocol
+        self.resource = resource_attributes("run", {"gpuscope.run.name": name})
         self.state = TelemetryState()
-        inner = otlp_exporter(self.endpoint, self.protocol, timeout_s=min(5.0, export_s))
-        self.queue = QueueingExporter(inner, self.endpoint or f"the OTEL_EXPORTER_OTLP_* endpoint ({self.protocol})",
-                                      log=lambda line: None)  # the summary says how it went
-        self.provider = meter_provider(self.state, [PeriodicExportingMetricReader(
-            self.queue.exporter, export_interval_millis=export_s * 1000)], self.resource)
+        export = metrics_export(self.state, self.resource, otlp=opts.otlp,
+                                log=lambda line: None)  # the summary says how it went
+        assert export.queue is not None  # an OTLP target always has its queue
+        self.provider, self.queue = export.provider, export.queue
 
     def finish(self, outcome: RunOutcome, name: str, command: str | None, started_ns: int, ended_ns: int,
-               say: Any) -> dict[str, Any]:
+               say: Say) -> dict[str, Any]:
         from ..otel.spans import export_spans, run_span_plan
 
         self.provider.shutdown(timeout_millis=10_000)  # the last collection and export
-        plan = run_span_plan(outcome.summary, name=name, command=command, started_ns=started_ns, ended_ns=ended_ns,
-                             windows=outcome.summary.get("windows") or [], marks=outcome.marks)
+        plan = run_span_plan(outcome.summary.to_json(), name=name, command=command, started_ns=started_ns,
+                             ended_ns=ended_ns, windows=outcome.summary.windows, marks=outcome.marks)
         traceparent = os.environ.get("TRACEPARENT")
         try:
             spans_ok = export_spans(plan, self.endpoint, self.protocol, self.resource, traceparent=traceparent,
@@ -399,11 +411,14 @@ class _OtlpRun:
         return doc
 
 
-def window_missed_gpu_note(profile: ProfileConfig, summary: dict[str, Any]) -> str | None:
+def window_missed_gpu_note(profile: ProfileConfig, summary: RunSummary | Mapping[str, Any]) -> str | None:
     """A sentence when the traces hold no GPU kernel while the machine's GPUs were sampled: the
     window opened where the program did no GPU work yet (a model still loading on the CPU, as the
     README's command did on an H100 machine whose model took longer than the delay to build),
     and the analysis alone would only say that the trace is CPU-only."""
+    if isinstance(summary, RunSummary):  # (or its document's keys)
+        summary = {"analysis": summary.analysis, "telemetry": summary.telemetry, "traces": summary.traces,
+                   "windows": summary.windows}
     analysis = summary.get("analysis") or {}
     gpus = (summary.get("telemetry") or {}).get("gpus") or []
     if not summary.get("traces") or analysis.get("gpu_activity", True) or not gpus:
@@ -416,8 +431,8 @@ def window_missed_gpu_note(profile: ProfileConfig, summary: dict[str, Any]) -> s
             "windows with --profile-windows")
 
 
-def _store(opts: RunOptions, say: Any, sampler: Any, degraded: list[Any], run_id: int, run_dir: Path, code: int,
-           started_ns: int, ended_ns: int, stops: list[tuple[int, int]]) -> RunOutcome:
+def _store(opts: RunOptions, say: Say, sampler: Sampler, sink: StoreSink, degraded: list[Any], run_id: int, run_dir: Path,
+           code: int, started_ns: int, ended_ns: int, stops: list[tuple[int, int]]) -> RunOutcome:
     """Stop the sampler, ingest the traces, store windows and marks, and close the run."""
     from .. import store
 
@@ -430,8 +445,6 @@ def _store(opts: RunOptions, say: Any, sampler: Any, degraded: list[Any], run_id
         where = (f"not in the recording {opts.replay}" if opts.replay is not None
                  else "see `gpuscope devices`")
         say(f"telemetry: {len(names)} metric(s) not available: {shown} ({where})")
-    summary: dict[str, Any] = {"run_id": run_id, "exit_code": code, "run_dir": str(run_dir),
-                               "sampler": stats.to_dict(), "replay": str(opts.replay) if opts.replay else None}
     # Only finished traces: a window's export in progress (`.tmp`, `.part`) is left out.
     traces = sorted(p for p in (run_dir / contract.TRACES_DIR).rglob("*")
                     if p.is_file() and p.name.endswith(contract.TRACE_SUFFIXES))
@@ -447,11 +460,11 @@ def _store(opts: RunOptions, say: Any, sampler: Any, degraded: list[Any], run_id
     windows = _read_jsonl(run_dir / contract.WINDOWS_FILE)
     marks = _read_jsonl(run_dir / contract.MARKS_FILE)
     store_error = None
-    # a note of samples the sink could not store, if it could not store the note either: it goes
-    # in with the run's end (a run must not read complete without saying what it lacks)
-    notes = [n for n in (getattr(sk, "missing_note", None) for sk in sampler.sinks) if n]
+    # a note of samples the sink could not store: it goes in with the run's end (a run must not
+    # read complete without saying what it lacks)
+    notes = [sink.missing_note] if sink.missing_note else []
     try:
-        _finish(opts.db, run_id, "complete", code, ended_ns, started_ns, _annotation_rows(run_id, windows, marks),
+        _finish(opts.db, run_id, "complete", code, ended_ns, started_ns, _annotation_rows(windows, marks),
                 notes=notes)
     except GpuscopeError as exc:
         # The store refused the run's end (its disk full, made read-only): the program ran, and
@@ -462,12 +475,13 @@ def _store(opts: RunOptions, say: Any, sampler: Any, degraded: list[Any], run_id
             if reason else str(exc)
         print(f"gpuscope run: {store_error}", file=sys.stderr, flush=True)
     events = _read_jsonl(run_dir / contract.EVENTS_FILE)
-    summary.update(traces=[str(p) for p in traces], windows=windows, marks=len(marks), ingest_error=ingest_error,
-                   store_error=store_error,
-                   interrupted={"signal": signal.Signals(stops[0][0]).name, "ts_ns": stops[0][1]} if stops else None,
-                   profiler={"enabled": opts.profile.enabled,
-                             "notes": profiler_notes(opts.profile, events, windows, len(traces), started_ns,
-                                                     stops[0][1] if stops else None)})
+    summary = RunSummary(
+        run_id=run_id, exit_code=code, run_dir=str(run_dir), sampler=stats.to_dict(),
+        replay=str(opts.replay) if opts.replay else None, traces=[str(p) for p in traces], windows=windows,
+        marks=len(marks), ingest_error=ingest_error, store_error=store_error,
+        interrupted=Interruption(signal.Signals(stops[0][0]).name, stops[0][1]) if stops else None,
+        profiler=ProfilerSummary(opts.profile.enabled, profiler_notes(opts.profile, events, windows, len(traces),
+                                                                      started_ns, stops[0][1] if stops else None)))
     return RunOutcome(run_id, code, run_dir, summary, marks=marks)
 
 
@@ -512,7 +526,8 @@ def profiler_notes(profile: ProfileConfig, events: list[dict[str, Any]], windows
     for pid, e in armed.items():
         if pid in opened_pids:
             continue
-        armed_ns = e.get("ts_ns") if isinstance(e.get("ts_ns"), int) else started_ns
+        armed_ts = e.get("ts_ns")
+        armed_ns: int = armed_ts if isinstance(armed_ts, int) else started_ns
         exit_ns = (by_kind.get("exit", {}).get(pid) or {}).get("ts_ns")
         if stopped_ns is not None and (not isinstance(exit_ns, int) or stopped_ns <= exit_ns):
             if pid in by_kind.get("window_discarded", {}):
@@ -542,7 +557,7 @@ def profiler_notes(profile: ProfileConfig, events: list[dict[str, Any]], windows
 STATUS_INTERVAL_S = 0.5
 
 
-def _wait(child: subprocess.Popen[Any], sampler: Any, live: Any, started_ns: int, status_line: bool) -> int:
+def _wait(child: subprocess.Popen[Any], sampler: Sampler, live: LiveBuffer, started_ns: int, status_line: bool) -> int:
     """Wait for the child without waking up more than the status line needs: ``Popen.wait``
     with a timeout polls every 50 ms (about 50 wake-ups a second, in a loop of 0.25 s
     timeouts), and on a machine whose cores the program keeps busy each wake-up preempts one
@@ -572,7 +587,7 @@ def _wait(child: subprocess.Popen[Any], sampler: Any, live: Any, started_ns: int
     return code if code >= 0 else 128 - code
 
 
-def _status(sampler: Any, live: Any, started_ns: int) -> str:
+def _status(sampler: Sampler, live: LiveBuffer, started_ns: int) -> str:
     elapsed = (time.time_ns() - started_ns) / 1e9
     parts = [f"gpuscope: {elapsed:6.1f} s", f"{sampler.stats.ticks} samples"]
     for dev, s in sorted(live.latest().items()):
@@ -616,15 +631,39 @@ def _writing(db: Path) -> Iterator[Any]:
         yield con
 
 
-def _update_info(db: Path, run_id: int, extra: dict[str, Any]) -> None:
-    from ..store import runs
+# -- the run's lifecycle: the wrapper is its one orchestrator, through gpuscope.store.runs ------
 
-    with _writing(db) as con:
-        runs.merge_info(con, run_id, extra)
+def _begin_run(db: Path, name: str, command: str | None, interval_s: float) -> int:
+    """Create the run, ``recording``, owned by this process (a run whose owner is gone reads
+    ``incomplete``); its id. Its start is the sampler's (:func:`_recording_started`)."""
+    from ..machine import hostname
+    from ..store.sampled_run import SampledRun
+
+    return SampledRun.begin(db, name=name, source="run", command=command, interval_s=interval_s,
+                            host=hostname()).run_id
+
+
+def _recording_started(db: Path, run_id: int, sampler: Sampler, run_dir: Path, profile: ProfileConfig) -> None:
+    """Add what is known once the sampler runs and the run directory exists: the sampler's
+    start, each vendor's status, the run directory and the profiler settings."""
+    from ..store.run_info import RunInfo
+    from ..store.sampled_run import SampledRun
+
+    SampledRun(db, run_id).started(sampler.stats.started_ns, [v.to_dict() for v in sampler.vendors],
+                                   RunInfo(run_dir=str(run_dir), profile=json.loads(profile.to_env())))
+
+
+def _abandon_run(db: Path, run_id: int) -> None:
+    """The sampler did not start: the run is finished ``failed`` rather than left recording
+    (a store that refuses even that leaves it to read ``incomplete`` once we are gone)."""
+    try:
+        _finish(db, run_id, "failed", None, time.time_ns())
+    except GpuscopeError:
+        pass
 
 
 def _finish(db: Path, run_id: int, status: str, code: int | None, ended_ns: int, started_ns: int | None = None,
-            annotations: list[tuple[Any, ...]] | None = None, notes: list[str] | None = None) -> None:
+            annotations: list[AnnotationRow] | None = None, notes: list[str] | None = None) -> None:
     """Close the run (status, exit code, end) and store its annotations and ``notes`` (appended
     to the run's info), in one transaction."""
     from ..store.telemetry import insert_annotations
@@ -632,30 +671,32 @@ def _finish(db: Path, run_id: int, status: str, code: int | None, ended_ns: int,
 
     with _writing(db) as con:
         if annotations:
-            insert_annotations(con, annotations)
-        if notes:
-            runs.merge_info(con, run_id, {}, append_notes=notes)
-        runs.finish(con, run_id, status, ended_ns, exit_code=code, started_ns=started_ns)
+            insert_annotations(con, run_id, annotations)
+        runs.finish(con, run_id, status, ended_ns, exit_code=code, started_ns=started_ns, notes=notes or ())
 
 
-def _annotation_rows(run_id: int, windows: list[dict[str, Any]], marks: list[dict[str, Any]]) -> list[tuple[Any, ...]]:
+def _annotation_rows(windows: list[dict[str, Any]], marks: list[dict[str, Any]]) -> list[AnnotationRow]:
     """``annotations`` rows for the profiler windows and the marks the child wrote."""
-    rows: list[tuple[Any, ...]] = []
+    from ..store.read import AnnotationRow
+
+    rows: list[AnnotationRow] = []
     for w in windows:
         if isinstance(w.get("start_ns"), int) and isinstance(w.get("end_ns"), int):
-            rows.append((run_id, None, "profiler_window", w.get("label") or "window", w["start_ns"],
-                         w["end_ns"] - w["start_ns"], None, str(w.get("pid")), None,
-                         json.dumps({"path": w.get("path"),
-                                     **{k: w[k] for k in ("open_ns", "written_ns") if isinstance(w.get(k), int)}})))
+            rows.append(AnnotationRow(
+                kind="profiler_window", name=w.get("label") or "window", ts_ns=w["start_ns"],
+                dur_ns=w["end_ns"] - w["start_ns"], device_id=None, pid=str(w.get("pid")),
+                value={"path": w.get("path"), **{k: w[k] for k in ("open_ns", "written_ns") if isinstance(w.get(k), int)}}))
     for m in marks:
         if isinstance(m.get("ts_ns"), int):
             value = {k: m[k] for k in ("tokens", "prompt_tokens", "phase", "step", "fields") if k in m}
-            rows.append((run_id, None, "mark", str(m.get("name")), m["ts_ns"], None, None, str(m.get("pid")), None,
-                         json.dumps(value)))
+            rows.append(AnnotationRow(kind="mark", name=str(m.get("name")), ts_ns=m["ts_ns"], dur_ns=None,
+                                      device_id=None, pid=str(m.get("pid")), value=value))
     return rows
 
 
-def _analyze(db: Path, run_id: int, tokens: int | None, model: tuple[Any, str] | None = None) -> dict[str, Any]:
+def _analyze(db: Path, run_id: int, tokens: int | None,
+             model: tuple[Any, str] | None = None) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The run's analysis document and its telemetry over the run (with ``by_kernel_class``)."""
     from .. import store
     from ..analyzers.breakdown import analyze_run
     from ..analyzers.energy import run_telemetry, telemetry_by_bound
@@ -669,4 +710,4 @@ def _analyze(db: Path, run_id: int, tokens: int | None, model: tuple[Any, str] |
         tele["by_kernel_class"] = telemetry_by_bound(con, run_id, bounds)
     finally:
         con.close()
-    return {"analysis": doc, "telemetry": tele}
+    return doc, tele

@@ -1,7 +1,9 @@
 """The store sink: :class:`StoreSink` buffers a run's samples and writes them, with its
 devices, device-lost annotations and sampler stats, through the store's telemetry writer
 (:mod:`gpuscope.store.telemetry`) in short transactions. The run itself (its row in ``runs``,
-its status) is created and finished only through :mod:`gpuscope.store.runs`.
+its info, its status) belongs to the run's orchestrator, through :mod:`gpuscope.store.runs`:
+a sink given a run id never writes it (only a sink used on its own, given none, creates and
+finishes its own run, in :meth:`StoreSink._begin_own_run` and :meth:`StoreSink._end_own_run`).
 """
 from __future__ import annotations
 
@@ -15,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from ..collectors.base import Sample
-from ..errors import StoreBusyError, StoreError
+from ..errors import StoreBusyError, StoreError, StoreWriteError
 from ..metrics import METRICS
 from ..redact import redact_command
 from .base import SampleBatch, SamplerInfo, SamplerStats, Sink
@@ -42,10 +44,17 @@ def _as_int(v: Any) -> int | None:
 class StoreSink(Sink):
     """Writes samples (and the devices, and the sampler's stats) into the DuckDB store.
 
-    With ``run_id=None`` it creates the run (``source``, ``name``, ``command``) with status
-    ``recording`` at start and sets ``final_status`` (default ``complete``; None leaves the
-    status to the caller, e.g. the run wrapper) and ``ended_ns`` at close. With a ``run_id``
-    the run must exist; only devices, samples and stats are added.
+    Given a ``run_id`` (what the orchestrators of a run do: ``gpuscope run``'s wrapper, the
+    monitor) the run must exist and the sink writes under it devices, samples, device-lost
+    annotations and the sampler's stats, and nothing else: the run's row, its info and its end
+    are its orchestrator's, through :mod:`gpuscope.store.runs`. Samples the store never took
+    are said in :attr:`missing_note`, which the orchestrator writes with the run's end.
+
+    With ``run_id=None`` (a sampler used on its own: the API, tests, benchmarks) the sink
+    stands in for an orchestrator, through the same run API: it creates the run (``source``,
+    ``name``, ``command``) ``recording`` at start and at close finishes it ``final_status``
+    (default ``complete``; None records its end and leaves the status to the caller) with the
+    note of what is missing.
 
     DuckDB allows one writing process per file and no readers meanwhile, so rows are kept in
     memory and written in one short transaction at most every ``flush_s`` seconds, and readers
@@ -152,7 +161,7 @@ class StoreSink(Sink):
 
     def start(self, info: SamplerInfo) -> None:
         from .. import store
-        from ..store import read, runs, telemetry
+        from ..store import read, telemetry
 
         # imported here, before sampling starts: a first import in the dispatch thread would
         # hold the GIL long enough to delay ticks
@@ -161,10 +170,7 @@ class StoreSink(Sink):
         # a store the file system refuses (full, read-only) is one line here, before anything runs
         with store.writing(self.db, retry_s=5.0) as con:
             if self.run_id is None:
-                meta = {"sampler": {"pid": os.getpid(), "interval_s": info.interval_s},
-                        "vendors": [v.to_dict() for v in info.vendors]}
-                self.run_id = runs.begin_recording(con, name=self.name, source=self.source,
-                                                   started_ns=info.started_ns, command=self.command, info=meta)
+                self.run_id = self._begin_own_run(con, info)
                 self.created_run = True
             elif read.run_name(con, self.run_id) is None:
                 raise StoreError(f"{self.db}: run {self.run_id} does not exist")
@@ -184,6 +190,40 @@ class StoreSink(Sink):
 
         self._mem = duckdb.connect(":memory:", config={"threads": 1})
         self._last_flush = time.monotonic()
+
+    def _run_id(self) -> int:
+        """The run written under (set by the caller, or by :meth:`start` for a run of its own)."""
+        if self.run_id is None:
+            raise StoreError(f"{self.db}: the store sink was not started: it has no run to write under")
+        return self.run_id
+
+    # -- a run of its own (a sink used without an orchestrator) ---------------------------
+    def _begin_own_run(self, con: Any, info: SamplerInfo) -> int:
+        """Create the run this sink records on its own, naming this process as its recorder."""
+        from ..store import runs
+        from ..store.run_info import RunInfo, SamplerProcess
+
+        meta = RunInfo(sampler=SamplerProcess(pid=os.getpid(), interval_s=info.interval_s),
+                       vendors=[v.to_dict() for v in info.vendors])
+        return runs.begin_recording(con, name=self.name, source=self.source, started_ns=info.started_ns,
+                                    command=self.command, info=meta)
+
+    def _end_own_run(self, con: Any, ended_ns: int | None, note: str | None) -> None:
+        """Finish the run this sink created (``final_status``, the note of what is missing), or
+        with ``final_status=None`` record its end and the note, leaving its status to the caller."""
+        from ..store import runs
+        from ..store.run_info import RunInfo
+
+        run_id = self.run_id
+        if run_id is None:  # never started: there is no run to end
+            return
+        if self.final_status is not None:
+            runs.finish(con, run_id, self.final_status, ended_ns, notes=[note] if note else ())
+            return
+        if note:
+            runs.merge_info(con, run_id, RunInfo(), append_notes=[note])
+        if ended_ns is not None:
+            runs.set_ended(con, run_id, ended_ns)
 
     def write(self, batch: SampleBatch) -> None:
         for _, rows in batch.ticks:
@@ -216,7 +256,7 @@ class StoreSink(Sink):
                 for table in self._held:
                     telemetry.append_samples(con, table, table.column_names)
                 for s in lost:
-                    telemetry.insert_device_lost(con, self.run_id, s.device, int(s.ts_ns), self.device_ids.get(s.device))
+                    telemetry.insert_device_lost(con, self._run_id(), s.device, int(s.ts_ns), self.device_ids.get(s.device))
                 if prune:
                     cutoff = time.time_ns() - int(self.retention_s * 1e9)  # type: ignore[operator]
                     self.pruned += telemetry.prune_samples(con, self.source, cutoff)
@@ -302,7 +342,7 @@ class StoreSink(Sink):
     def close(self, stats: SamplerStats) -> None:
         from .. import store
         from .._db import duckdb
-        from ..store import runs, telemetry
+        from ..store import telemetry
 
         deadline = time.monotonic() + 30.0
         refused_deadline = time.monotonic() + self.close_retry_s
@@ -344,40 +384,38 @@ class StoreSink(Sink):
                 f"while more waited than the newest {self.max_held_rows} held in memory"
             note = (f"{self.rows_not_stored} samples were not stored: the store could not be written "
                     f"({', '.join(sorted(self._refused_reasons))}) {why}")
-        #: the note of what is missing while it is not in the store: whoever ends the run
-        #: (gpuscope run's wrapper) writes it with the run's end, so a run never reads complete
-        #: without it
+        #: the note of what is missing while it is not in the store: the run's orchestrator
+        #: (gpuscope run's wrapper, the monitor) writes it with the run's end, so a run never
+        #: reads complete without it
         self.missing_note = note
 
         def end_of_run(con: Any) -> None:
-            if note:
-                runs.merge_info(con, self.run_id, {}, append_notes=[note])
+            # a run this sink did not create is not its to touch: the note waits for its orchestrator
             if self.created_run:
-                if self.final_status is not None:
-                    runs.finish(con, self.run_id, self.final_status, st.ended_ns)
-                else:
-                    runs.set_ended(con, self.run_id, st.ended_ns)
+                self._end_own_run(con, st.ended_ns, note)
 
-        ended = False
+        ended = not self.created_run  # (the end of a run it did not create is not the sink's to store)
         try:
             with _refused_as_error(self.db, duckdb):
                 if not self.rows_not_stored:
                     with self._attached(retry_s=10.0) as con:
-                        telemetry.insert_sampler_stats(con, self.run_id, stats_row)
+                        telemetry.insert_sampler_stats(con, self._run_id(), stats_row)
                         end_of_run(con)
-                    self.missing_note = None
+                    if self.created_run:  # written with its run's end
+                        self.missing_note = None
                 else:
                     # On a disk that had no room for the samples: the note of what is missing
                     # and the run's end first, a few hundred bytes that may fit where the
                     # samples did not; then the sampler's figures (its degradations can be
                     # kilobytes).
+                    if self.created_run:
+                        with self._attached(retry_s=10.0) as con:
+                            end_of_run(con)
+                        ended = True
+                        self.missing_note = None
                     with self._attached(retry_s=10.0) as con:
-                        end_of_run(con)
-                    ended = True
-                    self.missing_note = None
-                    with self._attached(retry_s=10.0) as con:
-                        telemetry.insert_sampler_stats(con, self.run_id, stats_row)
-        except (StoreError, store.StoreWriteError) as exc:
+                        telemetry.insert_sampler_stats(con, self._run_id(), stats_row)
+        except (StoreError, StoreWriteError) as exc:
             reason = store.write_failure_reason(exc)
             if reason is None:
                 raise

@@ -19,6 +19,8 @@ from .model import (
     DTYPES,
     HOST_LINKS,
     PCIE_GT_PER_S,
+    SCALEUP_LINKS,
+    SCALEUP_TOPOLOGIES,
     GpuSpec,
     Identification,
     Measurement,
@@ -38,13 +40,15 @@ SCHEMA = "gpuscope.gpus/1"
 
 _NUMBER_FIELDS = ("memory_bytes", "mem_bw_bytes_per_s", "compute_units", "boost_clock_mhz", "tensor_clock_mhz",
                   "l2_cache_mb", "last_level_cache_mb", "l2_bw_bytes_per_s", "last_level_cache_bw_bytes_per_s",
-                  "tdp_w", "devices_per_package", "pcie_generation", "pcie_lanes", "host_link_bytes_per_s")
+                  "tdp_w", "devices_per_package", "pcie_generation", "pcie_lanes", "host_link_bytes_per_s",
+                  "scaleup_links", "scaleup_link_bytes_per_s", "scaleup_bytes_per_s", "scaleup_domain_gpus")
 #: Cache bandwidths: a cache roof below the device-memory roof it sits in front of is a unit slip
 #: (GB/s for TB/s) or a per-slice figure, never a roof an op could be judged against.
 _CACHE_BW_FIELDS = ("l2_bw_bytes_per_s", "last_level_cache_bw_bytes_per_s")
 _STRING_FIELDS = ("key", "name", "vendor", "architecture", "arch_target", "compute_capability", "form_factor",
                   "memory_type", "compute_unit_kind", "last_level_cache_kind", "visible_as", "part_of",
-                  "sparse_figures_as_published", "reference_name", "host_link")
+                  "sparse_figures_as_published", "reference_name", "host_link",
+                  "scaleup_link", "scaleup_topology")
 _LIST_FIELDS = ("names", "aliases", "pci_ids", "pci_ids_inexact", "pci_subsystem_ids", "notes", "conflicts")
 _DICT_FIELDS = ("peak_flops_per_s", "peak_flops_per_s_other", "sources", "derived", "pci_id_notes")
 _OTHER_FIELDS = ("measured", "unified_memory")
@@ -54,7 +58,8 @@ _CONVENIENCE = {"memory_gb": ("memory_bytes", 1e9), "mem_bw_tbps": ("mem_bw_byte
                 "host_link_gbps": ("host_link_bytes_per_s", 1e9), "l2_bw_tbps": ("l2_bw_bytes_per_s", 1e12),
                 "last_level_cache_bw_tbps": ("last_level_cache_bw_bytes_per_s", 1e12)}
 _KNOWN_FIELDS = set(_NUMBER_FIELDS + _STRING_FIELDS + _LIST_FIELDS + _DICT_FIELDS + _OTHER_FIELDS) | set(_CONVENIENCE)
-_INT_FIELDS = ("memory_bytes", "compute_units", "devices_per_package", "pcie_generation", "pcie_lanes")
+_INT_FIELDS = ("memory_bytes", "compute_units", "devices_per_package", "pcie_generation", "pcie_lanes",
+               "scaleup_links", "scaleup_domain_gpus")
 # Fields that state a fact and so need a source; a user file that sets one without saying where it comes
 # from gets "user:PATH" as its source.
 _SOURCED_FIELDS = set(_NUMBER_FIELDS) | {"peak_flops_per_s", "peak_flops_per_s_other", "pci_ids", "measured"}
@@ -163,6 +168,10 @@ def _validate_entry(raw: dict[str, Any], where: str) -> dict[str, Any]:
                 raise _Bad(f"{where}: unified_memory must be true or false")
         if k == "host_link" and v is not None and v not in HOST_LINKS:
             raise _Bad(f"{where}: host_link must be one of {', '.join(HOST_LINKS)}, not {v!r}")
+        if k == "scaleup_link" and v is not None and v not in SCALEUP_LINKS:
+            raise _Bad(f"{where}: scaleup_link must be one of {', '.join(SCALEUP_LINKS)}, not {v!r}")
+        if k == "scaleup_topology" and v is not None and v not in SCALEUP_TOPOLOGIES:
+            raise _Bad(f"{where}: scaleup_topology must be one of {', '.join(SCALEUP_TOPOLOGIES)}, not {v!r}")
         if k == "pcie_generation" and v is not None and v not in PCIE_GT_PER_S:
             raise _Bad(f"{where}: pcie_generation must be one of {', '.join(map(str, PCIE_GT_PER_S))}, not {v!r}")
         out[k] = v
@@ -189,6 +198,19 @@ def _check_cache_bandwidths(d: Mapping[str, Any]) -> str | None:
     if l2 is not None and llc is not None and llc > l2:
         return (f"last_level_cache_bw_bytes_per_s {llc:.4g} B/s is above l2_bw_bytes_per_s {l2:.4g} B/s: "
                 "the last-level cache sits behind the L2 and cannot outrun it")
+    return None
+
+
+def _check_scaleup(d: Mapping[str, Any]) -> str | None:
+    """Why the (merged) entry's scale-up link figures disagree, or None when they agree: the
+    links together must be the link count times one link (a per-direction figure given for
+    one, a bidirectional one for the other is the usual slip), and a mesh needs both."""
+    links, one, total = d.get("scaleup_links"), d.get("scaleup_link_bytes_per_s"), d.get("scaleup_bytes_per_s")
+    if links and one and total and abs(links * one - total) > 0.01 * total:
+        return (f"scaleup_bytes_per_s {total:.4g} B/s is not scaleup_links {links} x scaleup_link_bytes_per_s "
+                f"{one:.4g} B/s (all figures are one direction)")
+    if d.get("scaleup_topology") == "mesh" and not (links and one):
+        return "a mesh scale-up link needs scaleup_links and scaleup_link_bytes_per_s"
     return None
 
 
@@ -219,6 +241,9 @@ def _spec_from_dict(d: dict[str, Any], origin: str) -> GpuSpec:
         part_of=d.get("part_of"), unified_memory=bool(d.get("unified_memory", False)),
         host_link=d.get("host_link"), pcie_generation=d.get("pcie_generation"), pcie_lanes=d.get("pcie_lanes"),
         host_link_bytes_per_s=d.get("host_link_bytes_per_s"),
+        scaleup_link=d.get("scaleup_link"), scaleup_links=d.get("scaleup_links"),
+        scaleup_link_bytes_per_s=d.get("scaleup_link_bytes_per_s"), scaleup_bytes_per_s=d.get("scaleup_bytes_per_s"),
+        scaleup_topology=d.get("scaleup_topology"), scaleup_domain_gpus=d.get("scaleup_domain_gpus"),
         derived=dict(d.get("derived", {})), measured=measured,
         sparse_figures_as_published=d.get("sparse_figures_as_published"),
         notes=tuple(d.get("notes", ())), conflicts=tuple(d.get("conflicts", ())),
@@ -289,7 +314,7 @@ def _builtin_doc() -> tuple[tuple[dict[str, Any], ...], dict[str, str], tuple[Ot
     text = resources.files("gpuscope").joinpath("data/gpus.json").read_text(encoding="utf-8")
     entries, sources, others = _parse_doc(json.loads(text), "gpuscope/data/gpus.json")
     for e in entries:
-        why = _check_cache_bandwidths(e)
+        why = _check_cache_bandwidths(e) or _check_scaleup(e)
         if why:  # pragma: no cover - the shipped data is tested
             raise ValueError(f"gpuscope/data/gpus.json: {e['key']}: {why}")
     return tuple(entries), sources, tuple(others)
@@ -402,7 +427,7 @@ def load_specs(path: str | Path | None = None) -> SpecDB:
     for key, d in merged.items():
         if origins[key] == "builtin":
             continue
-        why = _check_cache_bandwidths(d)
+        why = _check_cache_bandwidths(d) or _check_scaleup(d)
         if why:
             where = next((str(f) for f in reversed(files) if f"user:{f}" in origins[key]), str(files[-1]))
             raise InputError(where, f"gpu '{key}': {why}")

@@ -171,7 +171,7 @@ def _mismatches(spec: GpuSpec, ev: _Evidence) -> list[str]:
         out.append(f"compute capability {ev.compute_capability} (entry: {spec.compute_capability})")
     if ev.compute_units is not None and spec.compute_units is not None and ev.compute_units != spec.compute_units:
         out.append(f"{ev.compute_units} {spec.compute_unit_kind or 'SM/CU'}s (entry: {spec.compute_units})")
-    if ev.memory_bytes is not None and _memory_matches(spec, ev.memory_bytes) is False:
+    if ev.memory_bytes is not None and spec.memory_bytes and _memory_matches(spec, ev.memory_bytes) is False:
         out.append(f"{ev.memory_bytes / 2**30:.1f} GiB of memory (entry: {spec.memory_bytes / 1e9:g} GB)")
     return out
 

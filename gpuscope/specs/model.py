@@ -48,6 +48,18 @@ PCIE_GT_PER_S: dict[int, tuple[float, float]] = {
 }
 
 
+#: The GPU-to-GPU (scale-up) link of an entry (``scaleup_link``): NVLink by generation, AMD
+#: Infinity Fabric (xGMI), or ``pcie``: no GPU-to-GPU link, peers talk over PCIe at the host
+#: link's rate (peer-to-peer through a PCIe switch or the root complex).
+SCALEUP_LINKS: tuple[str, ...] = ("nvlink2", "nvlink3", "nvlink4", "nvlink5", "infinity-fabric", "pcie")
+
+#: How the GPUs of one scale-up domain are wired (``scaleup_topology``): ``switch`` (NVSwitch:
+#: every GPU reaches every other at its whole link bandwidth), ``mesh`` (a fully connected mesh
+#: of point-to-point links, one link to each peer: a group of ``n`` can use ``n - 1`` of a GPU's
+#: links), ``pcie`` (peer-to-peer over the host PCIe link).
+SCALEUP_TOPOLOGIES: tuple[str, ...] = ("switch", "mesh", "pcie")
+
+
 def pcie_bytes_per_s(generation: int, lanes: int) -> float:
     """Payload bandwidth of a PCIe link in one direction, bytes/s: GT/s per lane x lanes x the
     encoding's payload share / 8 bits (PCIe 4.0 x16: 16e9 x 16 x 128/130 / 8 = 31.5 GB/s)."""
@@ -146,6 +158,16 @@ class GpuSpec:
     pcie_lanes: int | None = None
     #: Bandwidth of the host link in ONE direction (a host-to-device copy uses one direction).
     host_link_bytes_per_s: float | None = None
+    #: The GPU-to-GPU link (:data:`SCALEUP_LINKS`), its count per GPU, the bandwidth of ONE link in
+    #: ONE direction, all links together in one direction, the topology
+    #: (:data:`SCALEUP_TOPOLOGIES`) and how many GPUs share one scale-up domain (8 on an HGX /
+    #: OAM baseboard, 72 in a GB200 NVL72 rack). None where the entry does not say.
+    scaleup_link: str | None = None
+    scaleup_links: int | None = None
+    scaleup_link_bytes_per_s: float | None = None
+    scaleup_bytes_per_s: float | None = None
+    scaleup_topology: str | None = None
+    scaleup_domain_gpus: int | None = None
     derived: dict[str, str] = field(default_factory=dict)
     measured: tuple[Measurement, ...] = ()
     sparse_figures_as_published: str | None = None
@@ -191,6 +213,35 @@ class GpuSpec:
         if self.host_link == "unified-memory":
             return "unified memory"
         return None
+
+    def scaleup_label(self) -> str | None:
+        """``NVLink4 x18``, ``Infinity Fabric x7``, ``PCIe Gen5 x16 peer-to-peer``; None where unknown."""
+        if self.scaleup_link == "pcie":
+            host = self.host_link_label()
+            return f"{host} peer-to-peer" if host else "PCIe peer-to-peer"
+        if not self.scaleup_link:
+            return None
+        name = ("Infinity Fabric" if self.scaleup_link == "infinity-fabric"
+                else self.scaleup_link.replace("nvlink", "NVLink"))
+        return f"{name} x{self.scaleup_links}" if self.scaleup_links else name
+
+    def peer_bytes_per_s(self, group_size: int) -> float | None:
+        """The bandwidth, bytes/s in ONE direction, one GPU of a ``group_size``-GPU group on one
+        scale-up domain can send to (and receive from) its peers: all of its links behind a
+        switch, ``min(links, group_size - 1)`` links in a full mesh (one link per peer), the host
+        PCIe link for ``pcie``. None when unknown, or when the group does not fit one domain (its
+        traffic then crosses a network link the entry does not describe)."""
+        if group_size < 2 or not self.scaleup_link:
+            return None
+        if self.scaleup_topology == "pcie" or self.scaleup_link == "pcie":
+            return self.host_link_bytes_per_s
+        if self.scaleup_domain_gpus and group_size > self.scaleup_domain_gpus:
+            return None
+        if self.scaleup_topology == "mesh":
+            if not self.scaleup_links or not self.scaleup_link_bytes_per_s:
+                return None
+            return min(self.scaleup_links, group_size - 1) * self.scaleup_link_bytes_per_s
+        return self.scaleup_bytes_per_s
 
     @property
     def visible_as_device(self) -> bool:
@@ -244,6 +295,10 @@ class GpuSpec:
             "part_of": self.part_of, "unified_memory": self.unified_memory,
             "host_link": self.host_link, "pcie_generation": self.pcie_generation, "pcie_lanes": self.pcie_lanes,
             "host_link_bytes_per_s": self.host_link_bytes_per_s,
+            "scaleup_link": self.scaleup_link, "scaleup_links": self.scaleup_links,
+            "scaleup_link_bytes_per_s": self.scaleup_link_bytes_per_s,
+            "scaleup_bytes_per_s": self.scaleup_bytes_per_s, "scaleup_topology": self.scaleup_topology,
+            "scaleup_domain_gpus": self.scaleup_domain_gpus,
             "sources": {k: list(v) for k, v in self.sources.items()}, "derived": dict(self.derived),
             "measured": [m.to_json() for m in self.measured],
             "sparse_figures_as_published": self.sparse_figures_as_published,

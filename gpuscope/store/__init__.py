@@ -11,8 +11,6 @@ store.connect(...)``). Importing the package imports no DuckDB: that happens on 
 from __future__ import annotations
 
 from .connection import (
-    StoreReadOnlyError,
-    StoreWriteError,
     attach_sql,
     check_store_path,
     check_writable,
@@ -33,7 +31,7 @@ from .runs import RUN_STATUSES, recover_stale_runs, stale_runs
 from .schema import SCHEMA_VERSION, STORE_BLOCK_SIZE, migrate, schema_version
 
 __all__ = [
-    "RUN_STATUSES", "SCHEMA_VERSION", "STORE_BLOCK_SIZE", "RunRef", "StoreReadOnlyError", "StoreWriteError",
+    "RUN_STATUSES", "SCHEMA_VERSION", "STORE_BLOCK_SIZE", "RunRef",
     "attach_sql", "check_store_path", "check_writable", "connect",
     "connect_for_user_query", "hostname", "list_runs", "migrate", "now_ns", "open_attached", "recover_stale_runs",
     "resolve_run", "retry_while_locked", "schema_version", "stale_runs", "store_exists", "transaction", "write_error",

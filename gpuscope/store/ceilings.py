@@ -46,7 +46,9 @@ def insert_calibration(con: duckdb.DuckDBPyConnection, *, measured_ns: int, host
     method, info JSON). Returns its id. ``host`` defaults to this machine."""
     host = host if host is not None else hostname()
     with transaction(con):
-        cid = int(con.execute("SELECT coalesce(max(id), 0) + 1 FROM ceilings").fetchone()[0])
+        row = con.execute("SELECT coalesce(max(id), 0) + 1 FROM ceilings").fetchone()
+        assert row is not None  # an aggregate without GROUP BY gives one row
+        cid = int(row[0])
         con.executemany(
             "INSERT INTO ceilings (id, measured_ns, host, device_name, device_uuid, spec_key, backend, metric, "
             "dtype, value, unit, method, info) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",

@@ -15,7 +15,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, TypeVar
 
-from ..errors import GpuscopeError, StoreBusyError, StoreError
+from ..errors import GpuscopeError, StoreBusyError, StoreError, StoreReadOnlyError, StoreWriteError
 from ..fileio import describe_mode
 from ..machine import hostname, now_ns  # noqa: F401 - re-exported with the store API
 from .tx import transaction  # noqa: F401 - re-exported with the store API
@@ -30,7 +30,9 @@ T = TypeVar("T")
 
 def attach_sql(path: Path | str, alias: str = "store") -> str:
     """The ``ATTACH`` statement for the store at ``path`` (new files get :data:`STORE_BLOCK_SIZE`)."""
-    quoted = "'" + str(path).replace("'", "''") + "'"
+    from .._db import sql_literal
+
+    quoted = sql_literal(str(path))
     options = "" if Path(path).exists() else f" (BLOCK_SIZE {STORE_BLOCK_SIZE})"
     return f"ATTACH {quoted} AS {alias}{options}"
 
@@ -146,27 +148,6 @@ _WRITE_FAILURES = (
 #: Reasons that say the store cannot be written as given (exit 2, like any unusable --db); the
 #: others are a failure of the machine while working (exit 1, as ingest on a full disk).
 _UNWRITABLE = {"read-only file system", "permission denied", "operation not permitted"}
-
-
-class StoreWriteError(GpuscopeError):
-    """The store's file system refused a write while working (no space left, quota, I/O error):
-    a failure, not bad input (exit 1). The write was all or nothing, so the store is as it was."""
-
-    def __init__(self, path: Path | str, reason: str) -> None:
-        super().__init__(f"{path}: cannot write to the store ({reason}); the store is as it was")
-        self.path = str(path)
-        self.reason = reason
-
-
-class StoreReadOnlyError(StoreError):
-    """The store cannot be written at all (a read-only file system, file or folder): unusable
-    input for a command that writes (exit 2); commands that only read still work."""
-
-    def __init__(self, path: Path | str, reason: str, *, new: bool = False) -> None:
-        super().__init__(f"{path}: cannot create the store ({reason})" if new
-                         else f"{path}: cannot write to the store ({reason}); the store is as it was")
-        self.path = str(path)
-        self.reason = reason
 
 
 def write_failure_reason(exc: BaseException) -> str | None:
@@ -312,13 +293,15 @@ def connect_for_user_query(path: Path | str, temp_dir: Path | str,
     caller removes) is where a large query spills: the lockdown leaves DuckDB's temporary
     directory writable, so it must not be the store's shared ``<store>.tmp``.
     ``memory_limit_bytes`` lowers DuckDB's memory limit (never raises it) before the lock."""
+    from .._db import sql_literal
+
     con = connect(path, read_only=True)
     try:
-        quoted = str(temp_dir).replace("'", "''")
-        con.execute(f"SET temp_directory = '{quoted}'")
+        con.execute(f"SET temp_directory = {sql_literal(str(temp_dir))}")
         if memory_limit_bytes is not None:
             current = con.execute("SELECT value FROM duckdb_settings() WHERE name = 'memory_limit'").fetchone()
-            if current is None or _setting_bytes(current[0]) is None or memory_limit_bytes < _setting_bytes(current[0]):
+            now = _setting_bytes(current[0]) if current is not None else None
+            if now is None or memory_limit_bytes < now:
                 con.execute(f"SET memory_limit = '{int(memory_limit_bytes)}B'")
         con.execute("SET enable_external_access = false")
         con.execute("SET lock_configuration = true")

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..errors import InputError
+from ..errors import InputError, RunNotFoundError
 from ..redact import redact_command
 from .ceilings import MeasuredCeilings, latest_ceilings, list_calibrations  # noqa: F401 - part of the read layer
 from .runs import stale_runs
@@ -32,7 +32,8 @@ class RunRef:
 
 def resolve_run(con: duckdb.DuckDBPyConnection, ref: str | int | None, db_path: Path | str | None = None) -> RunRef:
     """A ``RUN`` argument: a run id, or a run name (the newest run of that name), or None for
-    the newest run. Raises :class:`InputError` when nothing matches."""
+    the newest run. Raises :class:`InputError` when the store holds no run, and
+    :class:`~gpuscope.errors.RunNotFoundError` (an :class:`InputError`) when nothing matches ``ref``."""
     if ref is None:
         row = con.execute("SELECT id, name FROM runs ORDER BY created_ns DESC, id DESC LIMIT 1").fetchone()
         if row is None:
@@ -47,7 +48,7 @@ def resolve_run(con: duckdb.DuckDBPyConnection, ref: str | int | None, db_path: 
         "SELECT id, name FROM runs WHERE name = ? ORDER BY created_ns DESC, id DESC LIMIT 1", [text]
     ).fetchone()
     if row is None:
-        raise InputError(f"run {text!r}", "no such run id or name (see `gpuscope runs`)")
+        raise RunNotFoundError(text)  # "run 'TEXT': no such run id or name (see `gpuscope runs`)"
     return RunRef(int(row[0]), str(row[1]))
 
 
@@ -245,7 +246,8 @@ def op_totals(con: duckdb.DuckDBPyConnection, run_id: int, limit: int | None = N
 class AnnotationRow:
     """One annotation of a run (``kind``: ``profiler_step``, ``user_annotation``,
     ``gpu_user_annotation``, ``profiler_window``, ``mark``, ``device_lost``; ``value`` parsed
-    from its JSON, None when empty)."""
+    from its JSON, None when empty). The writer takes the same rows
+    (:func:`gpuscope.store.telemetry.insert_annotations`: ``value`` written as JSON)."""
 
     kind: str
     name: str | None
@@ -256,9 +258,10 @@ class AnnotationRow:
     value: Any
 
 
-def annotations(con: duckdb.DuckDBPyConnection, run_id: int, kinds: list[str] | None = None) -> list[AnnotationRow]:
+def annotation_rows(con: duckdb.DuckDBPyConnection, run_id: int, kinds: list[str] | None = None) -> list[AnnotationRow]:
     """The run's annotations in time order, only those of ``kinds`` when given."""
-    where, params = "run_id = ?", [run_id]
+    where = "run_id = ?"
+    params: list[Any] = [run_id]
     if kinds is not None:
         if not kinds:
             return []

@@ -9,6 +9,13 @@ is created ``complete`` at once. Nothing moves a finished run back::
     (ingest) ───────────▶ complete
     recording ──owner gone (recover_stale_runs)──▶ incomplete
 
+It is the one home of a run's lifecycle: create (:func:`begin_recording`, :func:`add_ingested`),
+add to its info (:func:`merge_info`, typed by :class:`~gpuscope.store.run_info.RunInfo`), finish
+(:func:`finish`, with the notes that go in with the run's end). Each is called by one
+orchestrator: ``gpuscope run``'s wrapper, the monitor, ingest (and, for a sampler used on its
+own, the store sink that was given no run to write under). Sinks given a run id write samples
+and nothing else.
+
 Every function works on a connection whose default catalog is the store (``connect``, or an
 attached store after ``USE``), inside the caller's transaction: the caller decides what else
 belongs to the same all-or-nothing write. Commands are redacted here, whatever the caller
@@ -18,11 +25,13 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from ..errors import StoreError
 from ..redact import redact_command
 from ..machine import hostname, now_ns
+from .run_info import OwnerProcess, RunInfo
 from .tx import transaction
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -36,28 +45,41 @@ RUN_STATUSES = (RECORDING, COMPLETE, INCOMPLETE, FAILED)
 FINAL_STATUSES = (COMPLETE, INCOMPLETE, FAILED)
 
 
+def _typed(info: RunInfo | Mapping[str, Any] | None) -> RunInfo | None:
+    """``info`` as the typed document (a plain mapping, as older callers and tests pass, is
+    read like a stored one)."""
+    if info is None or isinstance(info, RunInfo):
+        return info
+    return RunInfo.from_dict(dict(info))
+
+
 def _new(con: duckdb.DuckDBPyConnection, *, name: str, status: str, source: str, started_ns: int | None,
-         ended_ns: int | None, command: Any, info: dict[str, Any] | None) -> int:
-    run_id = int(con.execute("SELECT nextval('run_id_seq')").fetchone()[0])
+         ended_ns: int | None, command: Any, info: RunInfo | Mapping[str, Any] | None) -> int:
+    typed = _typed(info)
+    row = con.execute("SELECT nextval('run_id_seq')").fetchone()
+    if row is None:  # (a sequence always answers; mypy cannot know)
+        raise StoreError("the store's run id sequence gave no value")
+    run_id = int(row[0])
     con.execute(
         "INSERT INTO runs (id, name, status, source, started_ns, ended_ns, created_ns, command, exit_code, host, info) "
         "VALUES (?, ?, ?, ?, ?, ?, ?, ?, NULL, ?, ?)",
         [run_id, name, status, source, started_ns, ended_ns, now_ns(), redact_command(command), hostname(),
-         json.dumps(info) if info is not None else None])
+         typed.to_json() if typed is not None else None])
     return run_id
 
 
 def begin_recording(con: duckdb.DuckDBPyConnection, *, name: str, source: str, started_ns: int | None,
-                    command: Any, info: dict[str, Any] | None = None) -> int:
+                    command: Any, info: RunInfo | Mapping[str, Any] | None = None) -> int:
     """A new run in state ``recording``; its id. ``info`` should name the recording process
-    (``{"sampler": {"pid": ...}}`` or ``{"owner": {"pid": ..., "host": ...}}``) so that a run
-    whose recorder died can be recognized and finished as ``incomplete``."""
+    (``RunInfo(sampler=SamplerProcess(pid=...))`` or ``RunInfo(owner=OwnerProcess(pid=...,
+    host=...))``) so that a run whose recorder died can be recognized and finished as
+    ``incomplete``."""
     return _new(con, name=name, status=RECORDING, source=source, started_ns=started_ns, ended_ns=None,
                 command=command, info=info)
 
 
 def add_ingested(con: duckdb.DuckDBPyConnection, *, name: str, started_ns: int | None, ended_ns: int | None,
-                 command: Any, info: dict[str, Any] | None = None) -> int:
+                 command: Any, info: RunInfo | Mapping[str, Any] | None = None) -> int:
     """A new run made from trace files, ``complete`` at once; its id."""
     return _new(con, name=name, status=COMPLETE, source="ingest", started_ns=started_ns, ended_ns=ended_ns,
                 command=command, info=info)
@@ -70,21 +92,22 @@ def _status(con: duckdb.DuckDBPyConnection, run_id: int) -> str:
     return str(row[0])
 
 
-def merge_info(con: duckdb.DuckDBPyConnection, run_id: int, extra: dict[str, Any],
-               append_notes: list[str] | None = None) -> dict[str, Any]:
-    """Merge ``extra`` into the run's ``info`` document (keys replaced) and append
-    ``append_notes`` to its ``notes``; returns the new document."""
+def read_info(con: duckdb.DuckDBPyConnection, run_id: int) -> RunInfo:
+    """The run's ``info`` document (an empty one for NULL or text that is not a JSON object)."""
     row = con.execute("SELECT info FROM runs WHERE id = ?", [run_id]).fetchone()
     if row is None:
         raise StoreError(f"run {run_id}: no such run")
-    try:
-        info = json.loads(row[0]) if row[0] else {}
-    except ValueError:
-        info = {}
-    info.update(extra)
-    if append_notes is not None:
-        info["notes"] = list(info.get("notes", [])) + list(append_notes)
-    con.execute("UPDATE runs SET info = ? WHERE id = ?", [json.dumps(info), run_id])
+    return RunInfo.from_json(row[0])
+
+
+def merge_info(con: duckdb.DuckDBPyConnection, run_id: int, extra: RunInfo | Mapping[str, Any],
+               append_notes: Sequence[str] | None = None) -> RunInfo:
+    """Merge ``extra`` into the run's ``info`` document (the fields it sets replace the stored
+    ones: :meth:`RunInfo.merged`) and append ``append_notes`` to its ``notes``; returns the new
+    document."""
+    info = read_info(con, run_id).merged(_typed(extra) or RunInfo(),
+                                         list(append_notes) if append_notes is not None else None)
+    con.execute("UPDATE runs SET info = ? WHERE id = ?", [info.to_json(), run_id])
     return info
 
 
@@ -97,6 +120,12 @@ def set_model(con: duckdb.DuckDBPyConnection, run_id: int, spec: dict[str, Any],
                 [run_id, json.dumps(spec, sort_keys=True), source])
 
 
+def set_started(con: duckdb.DuckDBPyConnection, run_id: int, started_ns: int) -> None:
+    """Record when a run's recording started (its sampler's start), for a run its orchestrator
+    created before the sampler ran; a start already recorded is kept."""
+    con.execute("UPDATE runs SET started_ns = coalesce(started_ns, ?) WHERE id = ?", [started_ns, run_id])
+
+
 def set_ended(con: duckdb.DuckDBPyConnection, run_id: int, ended_ns: int) -> None:
     """Record when a run's recording stopped, leaving its state to whoever finishes it (the
     wrapper of ``gpuscope run`` still has traces to add)."""
@@ -104,15 +133,18 @@ def set_ended(con: duckdb.DuckDBPyConnection, run_id: int, ended_ns: int) -> Non
 
 
 def finish(con: duckdb.DuckDBPyConnection, run_id: int, status: str, ended_ns: int | None,
-           exit_code: int | None = None, started_ns: int | None = None) -> None:
+           exit_code: int | None = None, started_ns: int | None = None, notes: Sequence[str] = ()) -> None:
     """Move a ``recording`` run to its final ``status`` (with the wrapped command's exit code;
-    ``started_ns`` fills a start that was never recorded). A run already finished is an error:
-    two owners would be finishing the same run."""
+    ``started_ns`` fills a start that was never recorded), ``notes`` appended to its info in the
+    same write: a run never reads finished without saying what it lacks. A run already finished
+    is an error: two owners would be finishing the same run."""
     if status not in FINAL_STATUSES:
         raise ValueError(f"not a final run status: {status!r}")
     current = _status(con, run_id)
     if current != RECORDING:
         raise StoreError(f"run {run_id}: already {current}, cannot become {status}")
+    if notes:
+        merge_info(con, run_id, RunInfo(), append_notes=list(notes))
     con.execute("UPDATE runs SET status = ?, exit_code = ?, ended_ns = coalesce(?, ended_ns), "
                 "started_ns = coalesce(started_ns, ?) WHERE id = ?",
                 [status, exit_code, ended_ns, started_ns, run_id])
@@ -121,14 +153,10 @@ def finish(con: duckdb.DuckDBPyConnection, run_id: int, status: str, ended_ns: i
 def _owner_alive(info_text: str | None) -> bool:
     """Whether the process recording a run (``runs.info`` owner or sampler pid) still runs.
     A run recorded on another host is assumed alive (nothing here can tell)."""
-    try:
-        info = json.loads(info_text) if info_text else {}
-    except ValueError:
-        return False
-    owner = info.get("owner") or info.get("sampler") or {}
-    pid = owner.get("pid")
-    host = owner.get("host")
-    if not isinstance(pid, int):
+    owner = RunInfo.from_json(info_text).recorder
+    pid = owner.pid if owner is not None else None
+    host = owner.host if isinstance(owner, OwnerProcess) else None
+    if pid is None:
         return False
     if host and host != hostname():
         return True
@@ -151,7 +179,7 @@ def stale_runs(con: duckdb.DuckDBPyConnection) -> list[int]:
 def recover_stale_runs(con: duckdb.DuckDBPyConnection) -> list[int]:
     """Finish :func:`stale_runs` as ``incomplete`` (with ``ended_ns`` at their last sample),
     in a transaction of its own; called when a writer opens the store."""
-    if not con.execute("SELECT count(*) FROM runs WHERE status = 'recording'").fetchone()[0]:
+    if not (con.execute("SELECT count(*) FROM runs WHERE status = 'recording'").fetchone() or (0,))[0]:
         return []
     with transaction(con):
         ids = stale_runs(con)

@@ -282,9 +282,10 @@ def _migration_5_to_6(con: duckdb.DuckDBPyConnection) -> None:
 def _migration_6_to_7(con: duckdb.DuckDBPyConnection) -> None:
     # The model a run served (`--model CONFIG.json` on ingest / run, issue 28 point 3): the
     # parsed spec only (gpuscope.analyzers.modelspec.ModelSpec.to_json), never the user's file;
-    # `source` says where it came from. One row per run at most.
+    # `source` says where it came from. One row per run at most. IF NOT EXISTS: a store marked
+    # older than it is (by hand, or a test) may hold the table already.
     con.execute(
-        """CREATE TABLE run_models (
+        """CREATE TABLE IF NOT EXISTS run_models (
   run_id BIGINT PRIMARY KEY,
   spec_json VARCHAR NOT NULL,
   source VARCHAR
@@ -412,7 +413,9 @@ def present_as_current(con: duckdb.DuckDBPyConnection, version: int, where: str 
     prefix = f"{where}: " if where else ""
     if version == 0:
         _refuse_foreign_database(con, prefix)
-    catalog = con.execute("SELECT current_database()").fetchone()[0]
+    row = con.execute("SELECT current_database()").fetchone()
+    assert row is not None  # a SELECT without FROM gives one row
+    catalog = row[0]
     have: dict[str, list[str]] = {}
     for table, column in con.execute(
         "SELECT table_name, column_name FROM duckdb_columns() WHERE database_name = current_database() "
@@ -432,12 +435,13 @@ def present_as_current(con: duckdb.DuckDBPyConnection, version: int, where: str 
         for name in old:
             expr = _ident(name)
             if version < 4 and table == "kernels" and name == "category":
+                from .._db import sql_literal
                 from ..kernel_names import _COMMUNICATION_WORDS, COMMUNICATION_KERNEL_RE
 
                 # step 3->4's UPDATE, per row read; the words (ILIKE) spare most names the
                 # regular expression: 10M kernels GROUP BY category took 1.7 s, 5.3 s with the
                 # expression alone, 0.3 s once migrated (a write migrates it for good)
-                pattern = "'" + COMMUNICATION_KERNEL_RE.replace("'", "''") + "'"
+                pattern = sql_literal(COMMUNICATION_KERNEL_RE)
                 words = " OR ".join(f"name ILIKE '%{w}%'" for w in _COMMUNICATION_WORDS)
                 expr = (f"CASE WHEN kind = 'kernel' AND category = 'compute' AND coalesce(CASE WHEN {words} "
                         f"THEN regexp_matches(name, {pattern}, 'i') END, false) THEN 'communication' ELSE category END")

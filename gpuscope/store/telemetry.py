@@ -13,6 +13,8 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:  # pragma: no cover
     import duckdb
 
+    from .read import AnnotationRow
+
 #: ``sampler_stats`` columns after ``run_id``, in the order :func:`insert_sampler_stats` takes them.
 SAMPLER_STATS_COLUMNS = (
     "started_ns", "ended_ns", "interval_ns", "ticks", "missed_ticks", "rows", "devices", "tick_cpu_ns_mean",
@@ -24,8 +26,10 @@ SAMPLER_STATS_COLUMNS = (
 
 def next_device_id(con: duckdb.DuckDBPyConnection, run_id: int) -> int:
     """The first free device id of a run."""
-    return int(con.execute("SELECT coalesce(max(device_id) + 1, 0) FROM devices WHERE run_id = ?",
-                           [run_id]).fetchone()[0])
+    from .._db import one_row
+
+    return int(one_row(con.execute("SELECT coalesce(max(device_id) + 1, 0) FROM devices WHERE run_id = ?",
+                                   [run_id]).fetchone())[0])
 
 
 def insert_device(con: duckdb.DuckDBPyConnection, run_id: int, device_id: int, *, key: str, index: int | None,
@@ -62,10 +66,15 @@ def insert_device_lost(con: duckdb.DuckDBPyConnection, run_id: int, device_key: 
         [run_id, device_key, int(ts_ns), device_id, json.dumps({"reason": "device lost while sampling"})])
 
 
-def insert_annotations(con: duckdb.DuckDBPyConnection, rows: list[tuple[Any, ...]]) -> None:
-    """``annotations`` rows (all ten columns, in table order): the profiler windows and marks
-    ``gpuscope run`` collects from its child."""
-    con.executemany("INSERT INTO annotations VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", rows)
+def insert_annotations(con: duckdb.DuckDBPyConnection, run_id: int, rows: Sequence[AnnotationRow]) -> None:
+    """A run's annotations that come from no trace (``trace_id`` and ``tid`` NULL): the profiler
+    windows and marks ``gpuscope run`` collects from its child. Each row is the read layer's
+    :class:`~gpuscope.store.read.AnnotationRow`; its ``value`` is stored as JSON (NULL when None)."""
+    con.executemany(
+        "INSERT INTO annotations (run_id, trace_id, kind, name, ts_ns, dur_ns, device_id, pid, tid, value) "
+        "VALUES (?, NULL, ?, ?, ?, ?, ?, ?, NULL, ?)",
+        [[run_id, r.kind, r.name, r.ts_ns, r.dur_ns, r.device_id, r.pid,
+          None if r.value is None else json.dumps(r.value)] for r in rows])
 
 
 def insert_sampler_stats(con: duckdb.DuckDBPyConnection, run_id: int, values: Sequence[Any]) -> None:
@@ -82,8 +91,11 @@ def insert_sampler_stats(con: duckdb.DuckDBPyConnection, run_id: int, values: Se
 def prune_samples(con: duckdb.DuckDBPyConnection, source: str, before_ns: int) -> int:
     """Delete the samples older than ``before_ns`` of the runs from ``source`` (``monitor``'s
     ``--retention``; never a run of another source); the number deleted."""
-    n = con.execute("SELECT count(*) FROM samples WHERE ts_ns < ? AND run_id IN (SELECT id FROM runs WHERE source = ?)",
-                    [int(before_ns), source]).fetchone()[0]
+    from .._db import one_row
+
+    n = one_row(con.execute(
+        "SELECT count(*) FROM samples WHERE ts_ns < ? AND run_id IN (SELECT id FROM runs WHERE source = ?)",
+        [int(before_ns), source]).fetchone())[0]
     if n:
         con.execute("DELETE FROM samples WHERE ts_ns < ? AND run_id IN (SELECT id FROM runs WHERE source = ?)",
                     [int(before_ns), source])

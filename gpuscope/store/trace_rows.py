@@ -27,6 +27,7 @@ def next_ids(con: duckdb.DuckDBPyConnection, run_id: int) -> tuple[int, int, int
         "(SELECT coalesce(max(op_id) + 1, 0) FROM ops WHERE run_id = $1)",
         [run_id],
     ).fetchone()
+    assert row is not None  # an aggregate without GROUP BY gives one row
     return int(row[0]), int(row[1]), int(row[2])
 
 

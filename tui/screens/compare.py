@@ -14,10 +14,10 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from rich.text import Text
-from textual import work
+from textual import on, work
 from textual.app import ComposeResult
 from textual.binding import Binding
-from textual.screen import Screen
+from textual.message import Message
 from textual.widgets import DataTable, Footer, Header, Static, TabbedContent, TabPane
 
 from gpuscope.render.analysis import BOUND_LABEL, bound_label, dims, roof_pct
@@ -26,6 +26,7 @@ from gpuscope.render.table import fmt_us, shorten
 
 from .. import data
 from ..text import safe_text
+from .base import GpuscopeScreen
 from .runs import Column, cell_text, fit_columns
 
 #: how long to wait before reading again when the store was busy (seconds)
@@ -122,7 +123,7 @@ def run_label(r: dict[str, Any]) -> str:
 class CompareTable:
     """One tab's table: its columns, its rows, how they are keyed, sorted and fitted."""
 
-    def __init__(self, table_id: str, spec: Sequence[tuple[Column, Cell]], drop: Sequence[str],
+    def __init__(self, table_id: str, spec: Sequence[tuple[Column, Cell]], drop: Sequence[str | tuple[str, ...]],
                  flex: str | None, key: Callable[[dict[str, Any]], str]) -> None:
         self.table_id, self.spec, self.drop, self.flex, self.key = table_id, spec, drop, flex, key
         self.rows: list[dict[str, Any]] = []
@@ -167,7 +168,18 @@ class CompareTable:
             table.move_cursor(row=list(cells).index(selected), animate=False)
 
 
-class CompareScreen(Screen[None]):
+class PairCompared(Message, bubble=False):
+    """The compare screen's worker compared ``pair`` (A, B): ``doc`` (``gpuscope compare
+    --json``'s document) when it worked, else None and the head line's ``message``."""
+
+    def __init__(self, pair: tuple[int, int], doc: dict[str, Any] | None, message: str) -> None:
+        super().__init__()
+        self.pair = pair
+        self.doc = doc
+        self.message = message
+
+
+class CompareScreen(GpuscopeScreen):
     """Two runs compared."""
 
     BINDINGS = [
@@ -220,10 +232,10 @@ class CompareScreen(Screen[None]):
     def on_mount(self) -> None:
         self.query_one("#compare-tabs").display = False
         self.query_one("#compare-detail").display = False
-        self._want(self.app.compare_ids)  # type: ignore[attr-defined]
+        self._want(self.app.compare_ids)
 
     def on_screen_resume(self) -> None:
-        self._want(self.app.compare_ids)  # type: ignore[attr-defined]
+        self._want(self.app.compare_ids)
 
     def on_resize(self) -> None:
         if self.doc is not None:
@@ -255,22 +267,24 @@ class CompareScreen(Screen[None]):
 
     @work(thread=True, exclusive=True, group="compare-read")
     def _read(self, pair: tuple[int, int]) -> None:
-        from gpuscope.errors import StoreError
+        from gpuscope.errors import StoreBusyError, StoreError
 
-        db = self.app.db  # type: ignore[attr-defined]
+        db = self.app.db
         doc: dict[str, Any] | None = None
         try:
             doc = data.compare(db, *pair)
             message = ""
         except data.NoStore:
             message = f"No store at {db} yet: make one with `gpuscope run -- CMD` or `gpuscope ingest TRACE`."
-        except data.StoreBusy:
+        except StoreBusyError:
             message = "store busy, retrying"
         except StoreError as exc:
             message = str(exc)
-        self.app.call_from_thread(self._got, pair, doc, message)
+        self.post_message(PairCompared(pair, doc, message))
 
-    def _got(self, pair: tuple[int, int], doc: dict[str, Any] | None, message: str) -> None:
+    @on(PairCompared)
+    def _got(self, compared: PairCompared) -> None:
+        pair, doc, message = compared.pair, compared.doc, compared.message
         if pair != self.pair:
             return  # a newer pair was asked for meanwhile
         self._reading = None

@@ -20,13 +20,17 @@ import time
 from pathlib import Path
 from typing import Any
 
+from textual import on
 from textual.app import ComposeResult
 from textual.containers import VerticalScroll
 from textual.events import Resize
-from textual.screen import Screen
+from textual.message import Message
 from textual.widgets import Footer, Header, Static
 
+from gpuscope.collectors.base import WatchedProcesses
+
 from ..text import safe_text
+from .base import GpuscopeScreen
 from ..widgets.live_device import GPU_CELLS, HOST_CELLS, DeviceCard
 from ..widgets.live_history import bucket_seconds
 
@@ -36,8 +40,8 @@ BUFFER_ROWS = 64
 CELL_COLUMNS_WIDTH = 40
 
 
-class AllProcesses:
-    """Every process on the machine, as the sampler's process "tree": the GPU collectors report
+class AllProcesses(WatchedProcesses):
+    """Every process on the machine, as the processes the sampler watches: the GPU collectors report
     the processes using each GPU among the pids they are given. Re-listed at most once a
     second (a directory listing), in the sampler's thread."""
 
@@ -47,6 +51,7 @@ class AllProcesses:
         self._last = -1e18
 
     def pids(self) -> frozenset[int]:
+        """Every pid this process can list (re-listed at most every ``refresh_s``)."""
         now = time.monotonic()
         if now - self._last >= self.refresh_s:
             self._last = now
@@ -68,7 +73,24 @@ def process_name(pid: int) -> str:
         return "?"
 
 
-class LiveScreen(Screen[None]):
+class SamplerStarted(Message, bubble=False):
+    """The live screen's worker started the sampler: its ``devices`` and the ``vendors``' statuses."""
+
+    def __init__(self, devices: list[Any], vendors: list[Any]) -> None:
+        super().__init__()
+        self.devices = devices
+        self.vendors = vendors
+
+
+class SamplerFailed(Message, bubble=False):
+    """The sampler could not start: ``why``, shown on the screen (the other screens work)."""
+
+    def __init__(self, why: str) -> None:
+        super().__init__()
+        self.why = why
+
+
+class LiveScreen(GpuscopeScreen):
     """Live telemetry of every GPU and the host."""
 
     DEFAULT_CSS = """
@@ -105,35 +127,29 @@ class LiveScreen(Screen[None]):
         self._apply_columns()
         self.run_worker(self._start_sampler, thread=True, group="live-sampler", exit_on_error=False,
                         name="live sampler start")
-        self.set_interval(float(getattr(self.app, "interval_s", 1.0)), self._refresh_values)
+        self.set_interval(float(self.app.interval_s), self._refresh_values)
 
     def on_unmount(self) -> None:
         self.stop_sampler()
 
     # -- the sampler (its start in a worker thread) ----------------------------------------
     def _start_sampler(self) -> None:
-        from gpuscope.collectors import HostCollector, ReplayCollector, default_collectors
-        from gpuscope.collectors.replay import gpus_only
-        from gpuscope.sampling import Sampler
+        from gpuscope.pipeline import build_sampler
         from gpuscope.sinks import LiveBuffer
 
-        app = self.app
-        interval = float(getattr(app, "interval_s", 1.0))
-        replay = getattr(app, "replay", None)
+        interval = float(self.app.interval_s)
+        replay = self.app.replay
         buffer = LiveBuffer(maxlen=BUFFER_ROWS)
         try:
-            if replay is not None:
-                collectors = [ReplayCollector(gpus_only(Path(replay)), loop=True), HostCollector()]
-                tree = None
-            else:
-                # the host row without a process tree (the host's own CPU and memory); every pid
-                # goes to the GPU collectors so that they name the processes using each GPU
-                collectors = default_collectors(None)
-                tree = AllProcesses()
-            sampler = Sampler(collectors, [buffer], interval_s=interval, batch_s=min(0.5, interval), tree=tree)
+            # the host row without a process tree (the host's own CPU and memory); on this
+            # machine's GPUs every pid goes to the collectors so that they name the processes
+            # using each GPU (a recording's GPUs name none)
+            sampler = build_sampler([buffer], interval_s=interval, batch_s=min(0.5, interval),
+                                    replay=Path(replay) if replay is not None else None,
+                                    watch=AllProcesses() if replay is None else None)
             sampler.start()
         except Exception as exc:  # shown on the screen, the app goes on (the other screens work)
-            self._from_thread(self._failed, f"{type(exc).__name__}: {exc}")
+            self.post_message(SamplerFailed(f"{type(exc).__name__}: {exc}"))
             return
         with self._lock:
             closing = self._closing
@@ -142,9 +158,11 @@ class LiveScreen(Screen[None]):
         if closing:  # the screen went away while the sampler was starting
             sampler.stop()
             return
-        self._from_thread(self._started, list(sampler.devices), list(sampler.vendors))
+        self.post_message(SamplerStarted(list(sampler.devices), list(sampler.vendors)))
 
     def _from_thread(self, fn: Any, *args: Any) -> None:
+        """``fn(*args)`` on the UI thread, waited for, from a thread (a test's stand-in sampler
+        feeds the screen so); nothing when the app is gone."""
         try:
             self.app.call_from_thread(fn, *args)
         except Exception:  # the app is gone: nothing to show it on
@@ -159,15 +177,22 @@ class LiveScreen(Screen[None]):
             sampler.stop()
 
     # -- building the cards once ---------------------------------------------------------------
+    @on(SamplerFailed)
+    def _sampler_failed(self, failed: SamplerFailed) -> None:
+        self._failed(failed.why)
+
+    @on(SamplerStarted)
+    def _sampler_started(self, started: SamplerStarted) -> None:
+        self._started(started.devices, started.vendors)
+
     def _failed(self, why: str) -> None:
         self.failure = why
         self.query_one("#live-status", Static).update(f"live telemetry could not start: {safe_text(why)}")
 
     def _status_text(self, devices: list[Any], vendors: list[Any]) -> str:
-        app = self.app
         gpus = [d for d in devices if d.kind != "host"]
         lines = []
-        replay = getattr(app, "replay", None)
+        replay = self.app.replay
         if replay is not None:
             lines.append(f"replay {Path(replay).name}: {len(gpus)} GPU{'' if len(gpus) == 1 else 's'}, looped; "
                          "host: this machine")
@@ -181,14 +206,14 @@ class LiveScreen(Screen[None]):
 
     def _started(self, devices: list[Any], vendors: list[Any]) -> None:
         self.vendors = vendors
-        interval = float(getattr(self.app, "interval_s", 1.0))
+        interval = float(self.app.interval_s)
         self.sub_title = f"live · every {interval:g} s · sparklines: last {bucket_seconds(interval) * 2:g} min"
         status = self.query_one("#live-status", Static)
         text = self._status_text(devices, vendors)
         status.update(text)
         status.display = bool(text)
         box = self.query_one("#live-devices", VerticalScroll)
-        bucket = bucket_seconds(float(getattr(self.app, "interval_s", 1.0)))
+        bucket = bucket_seconds(interval)
         widgets: list[Any] = []
         hosts = [d for d in devices if d.kind == "host"]
         if not hosts:

@@ -5,14 +5,16 @@ Everything comes from one read in a worker (``data.run_detail``: the analysis ag
 SQL, the power and utilization samples, the annotations); the widgets only get new data."""
 from __future__ import annotations
 
+from collections.abc import Sequence
 from functools import partial
 from typing import Any
 
 from rich.text import Text
+from textual import on
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import VerticalScroll
-from textual.screen import Screen
+from textual.message import Message
 from textual.widgets import DataTable, Footer, Header, Static
 
 from gpuscope.analyzers.coverage import coverage_line
@@ -21,6 +23,7 @@ from gpuscope.render.table import fmt_pct, fmt_rate, fmt_us, shorten
 
 from .. import data
 from ..text import safe_text
+from .base import GpuscopeScreen
 from ..widgets.breakdown import BreakdownBar
 from ..widgets.roofline import RooflinePlot, dominant_roof, points_from_analysis
 from ..widgets.timeline import Timeline, build
@@ -70,7 +73,7 @@ def plain_cell(value: str) -> Text:
     return Text(safe_text(value), end="", no_wrap=True)
 
 
-def name_width(screen_width: int, rows: list[tuple[str, ...]] = (), headers: tuple[str, ...] = ()) -> int:
+def name_width(screen_width: int, rows: Sequence[tuple[str, ...]] = (), headers: tuple[str, ...] = ()) -> int:
     """The name column's width: what the other columns of ``rows`` (cells after the name) leave
     of the screen, with each column's padding and the scroll bars."""
     widths = [len(h) for h in headers[1:]] or [10, 6, 15, 4, 9]
@@ -90,7 +93,24 @@ def devices_label(devices: list[dict[str, Any]]) -> str:
                      for (name, spec), keys in groups.items()) or "no GPU"
 
 
-class RunScreen(Screen[None]):
+class RunRead(Message, bubble=False):
+    """The run screen's worker read ``run_id`` (None: the newest run) for read number ``seq``:
+    ``detail`` (:func:`tui.data.run_detail`) when it worked, else ``problem``, the status line's
+    text, and ``busy`` when another process held the store (the screen tries again).
+    ``again``: a read again of a recording run, which leaves the focus and cursors alone."""
+
+    def __init__(self, run_id: int | None, seq: int, detail: dict[str, Any] | None, *, again: bool = False,
+                 problem: str = "", busy: bool = False) -> None:
+        super().__init__()
+        self.run_id = run_id
+        self.seq = seq
+        self.detail = detail
+        self.again = again
+        self.problem = problem
+        self.busy = busy
+
+
+class RunScreen(GpuscopeScreen):
     """One run."""
 
     BINDINGS = [
@@ -116,7 +136,7 @@ class RunScreen(Screen[None]):
         self._seq = 0  # the newest read; an older one that finishes late is dropped
 
     def compose(self) -> ComposeResult:
-        color = not getattr(self.app, "no_color", False)
+        color = not self.app.no_color
         yield Header()
         yield Static("loading…", id="run-status", markup=False, classes="status")
         with VerticalScroll(id="run-body"):
@@ -140,7 +160,7 @@ class RunScreen(Screen[None]):
 
     def on_mount(self) -> None:
         self._set_visible(False)
-        self.load(self.run_id if self.run_id is not None else getattr(self.app, "run_id", None))
+        self.load(self.run_id if self.run_id is not None else self.app.run_id)
 
     def on_resize(self) -> None:
         # the plot shrinks with the terminal, keeping room for the status and the footer
@@ -164,27 +184,37 @@ class RunScreen(Screen[None]):
         self.run_worker(partial(self._read, run_id, self._seq), thread=True, exclusive=True, group="run-read")
 
     def _read(self, run_id: int | None, seq: int, again: bool = False) -> None:
-        from gpuscope.errors import GpuscopeError
+        """The worker (a thread): read the run, post what came of it as a :class:`RunRead`."""
+        from gpuscope.errors import GpuscopeError, StoreBusyError
 
         try:
-            detail = data.run_detail(self.app.db, run_id)  # type: ignore[attr-defined]
-        except data.StoreBusy:
-            self.app.call_from_thread(self._busy, run_id, seq)
+            detail = data.run_detail(self.app.db, run_id)
+        except StoreBusyError:
+            self.post_message(RunRead(run_id, seq, None, busy=True))
             return
         except data.NoStore as exc:
-            self.app.call_from_thread(self._status, f"no store at {exc} yet: `gpuscope run -- CMD` or "
-                                      "`gpuscope ingest TRACE` makes one")
+            self.post_message(RunRead(run_id, seq, None, problem=f"no store at {exc} yet: `gpuscope run -- CMD` or "
+                                                                 "`gpuscope ingest TRACE` makes one"))
             return
         except GpuscopeError as exc:
-            self.app.call_from_thread(self._status, str(exc))
+            self.post_message(RunRead(run_id, seq, None, problem=str(exc)))
             return
-        self.app.call_from_thread(self._show, detail, seq, again)
+        self.post_message(RunRead(run_id, seq, detail, again=again))
+
+    @on(RunRead)
+    def _got(self, read: RunRead) -> None:
+        if read.busy:
+            self._busy(read.run_id, read.seq)
+        elif read.detail is None:
+            self._status(read.problem)
+        else:
+            self._show(read.detail, read.seq, read.again)
 
     def _busy(self, run_id: int | None, seq: int) -> None:
         if seq != self._seq:
             return
         self._status("store busy, retrying", busy=True)
-        self.set_timer(max(1.0, float(getattr(self.app, "interval_s", 1.0))),
+        self.set_timer(max(1.0, float(self.app.interval_s)),
                        lambda: self.load(run_id) if seq == self._seq else None)
 
     def _status(self, text: str, busy: bool = False) -> None:

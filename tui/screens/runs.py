@@ -16,16 +16,17 @@ from dataclasses import dataclass
 from typing import Any
 
 from rich.text import Text
-from textual import work
+from textual import on, work
 from textual.app import ComposeResult
 from textual.binding import Binding
-from textual.screen import Screen
+from textual.message import Message
 from textual.widgets import DataTable, Footer, Header, Input, Static
 
 from gpuscope.render.table import fmt_ns_time, fmt_us, shorten
 
 from .. import data
 from ..text import safe_text
+from .base import GpuscopeScreen
 
 #: How often the table is read again (seconds): often enough to follow a recording run, rarely
 #: enough that the store is almost never held.
@@ -146,7 +147,19 @@ def run_matches(r: dict[str, Any], needle: str) -> bool:
     return any(needle in str(r.get(k) or "").lower() for k in ("name", "status", "source", "command"))
 
 
-class RunsScreen(Screen[None]):
+class RunsRead(Message, bubble=False):
+    """What the runs screen's worker read: ``rows`` (None when the read failed: the screen keeps
+    the rows it has), the status line's ``message`` ("" when the read worked) and the store's
+    ``stamp`` taken before the read (:func:`tui.data.store_stamp`)."""
+
+    def __init__(self, rows: list[dict[str, Any]] | None, message: str, stamp: Any = None) -> None:
+        super().__init__()
+        self.rows = rows
+        self.message = message
+        self.stamp = stamp
+
+
+class RunsScreen(GpuscopeScreen):
     """Stored runs."""
 
     BINDINGS = [
@@ -218,7 +231,7 @@ class RunsScreen(Screen[None]):
         if self._loaded and not self.is_current:
             return
         # taken before the read: a write during the read changes it for the next refresh
-        stamp = data.store_stamp(self.app.db)  # type: ignore[attr-defined]
+        stamp = data.store_stamp(self.app.db)
         if (self._loaded and stamp == self._read_stamp and not self.store_message
                 and time.monotonic() - self._read_at < FORCE_READ_S
                 and not any(r["status"] == "recording" for r in self.rows)):
@@ -227,9 +240,9 @@ class RunsScreen(Screen[None]):
 
     @work(thread=True, exclusive=True, group="runs-read")
     def _read_runs(self, stamp: Any = None) -> None:
-        from gpuscope.errors import StoreError
+        from gpuscope.errors import StoreBusyError, StoreError
 
-        db = self.app.db  # type: ignore[attr-defined]
+        db = self.app.db
         rows: list[dict[str, Any]] | None = None
         try:
             rows = data.runs(db)
@@ -237,17 +250,18 @@ class RunsScreen(Screen[None]):
         except data.NoStore:
             rows = []
             message = f"No store at {db} yet: {HOW_TO_MAKE}."
-        except data.StoreBusy:
+        except StoreBusyError:
             message = "store busy, retrying"  # keep the rows we have; the next refresh tries again
         except StoreError as exc:
             message = str(exc)
-        self.app.call_from_thread(self._got_rows, rows, message, stamp)
+        self.post_message(RunsRead(rows, message, stamp))
 
-    def _got_rows(self, rows: list[dict[str, Any]] | None, message: str, stamp: Any = None) -> None:
-        if rows is not None:
-            self.rows = rows
-            self._read_stamp, self._read_at = stamp, time.monotonic()
-        self.store_message = message
+    @on(RunsRead)
+    def _got_rows(self, read: RunsRead) -> None:
+        if read.rows is not None:
+            self.rows = read.rows
+            self._read_stamp, self._read_at = read.stamp, time.monotonic()
+        self.store_message = read.message
         self._loaded = True
         self.show()
 
@@ -268,7 +282,7 @@ class RunsScreen(Screen[None]):
         """Bring the table and the status line in line with the rows, marks, filter and sort;
         rewrite only the cells that changed when the same runs are shown in the same order."""
         table = self.query_one("#runs-table", DataTable)
-        marks = list(self.app.compare_ids)  # type: ignore[attr-defined]
+        marks = list(self.app.compare_ids)
         width = self.size.width or self.app.size.width
         wide = width >= 120
         now_ns = time.time_ns()
@@ -364,7 +378,7 @@ class RunsScreen(Screen[None]):
             return
         run_id = self.selected_run_id()
         if run_id is not None:
-            self.app.open_run(run_id)  # type: ignore[attr-defined]
+            self.app.open_run(run_id)
 
     def on_data_table_row_highlighted(self, event: DataTable.RowHighlighted) -> None:
         # the cursor on the last row listed (moved there, or put back there on the selected run
@@ -377,13 +391,13 @@ class RunsScreen(Screen[None]):
         # Enter on the table, or a click on the highlighted row
         event.stop()
         if event.row_key.value is not None:
-            self.app.open_run(int(event.row_key.value))  # type: ignore[attr-defined]
+            self.app.open_run(int(event.row_key.value))
 
     def action_mark(self) -> None:
         run_id = self.selected_run_id()
         if run_id is None:
             return
-        self.app.mark_for_compare(run_id)  # type: ignore[attr-defined]
+        self.app.mark_for_compare(run_id)
         if self.is_current:
             self.show()
 

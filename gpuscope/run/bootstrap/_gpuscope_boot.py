@@ -359,6 +359,8 @@ class _Controller:
         if signal.getsignal(self.sig) != self._on_signal:
             report(f"the program replaced gpuscope's {WINDOW_SIGNAL_NAME} handler: no more profiler windows")
             return False
+        if self.main_ident is None:  # the main thread has started: never None here
+            return False
         signal.pthread_kill(self.main_ident, self.sig)
         return True
 

@@ -77,7 +77,8 @@ def _install() -> None:
                 except Exception as exc:  # never harm the program
                     _report(f"profiler windows disabled: {type(exc).__name__}: {exc}")
 
-            loader.exec_module = exec_and_hook
+            # this one loader only: torch's module runs, then the hook (a patched instance method)
+            loader.exec_module = exec_and_hook  # type: ignore[method-assign]
             return spec
 
     sys.meta_path.insert(0, _TorchWatcher)
