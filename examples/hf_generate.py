@@ -45,10 +45,9 @@ except ImportError as _exc:  # one line, no traceback: the example cannot run wi
 # The moment torch was imported: gpuscope run's profiler windows are timed from it.
 T_TORCH = time.monotonic()
 
-try:  # Optional phase markers; they must never break the workload.
-    from gpuscope import mark
-except Exception:
-    mark = None
+# The phase markers of the example workload (gpuscope.mark when it is there; never breaking the
+# workload): one helper for both examples, beside this file.
+from tiny_llm import _mark  # noqa: E402
 
 #: Model and workload sizes. "gpu": a ~0.5 B parameter Llama (about 1 GB of bf16 weights);
 #: "cpu": small enough to run through generate() in seconds on a CPU.
@@ -60,15 +59,6 @@ PRESETS: dict[str, dict[str, int]] = {
 }
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
-
-
-def _mark(name: str, **kwargs: int | str) -> None:
-    """Call ``gpuscope.mark`` if it is available; swallow any error it raises."""
-    if mark is not None and callable(mark):
-        try:
-            mark(name, **kwargs)
-        except Exception:
-            pass
 
 
 def _import_transformers() -> Any:
