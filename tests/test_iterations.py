@@ -117,3 +117,23 @@ def test_shared_vllm_trace_labels_its_attention_calls(tmp_path) -> None:
     run_id = con.execute("SELECT id FROM runs WHERE name = 'v'").fetchone()[0]
     steps = op_steps(con, run_id, ["vllm::unified_attention_with_output"])
     assert [(s.g_sq, s.g_sk, s.source) for s in steps.values()] == [(32.0, 55086.0, "vllm")]
+
+
+# AMD TraceLens's reference report of the same vLLM decode (tests/traces/inference/vllm_decode_full/
+# perf_csvs/RMSNorm_fwd.csv in AMD-AGI/TraceLens): GFLOPS and Data Moved (MiB) per call.
+RMSNORM_REFERENCE = [
+    ("aiter::rmsnorm2d_fwd_with_add_ck", [[32, 2880]] * 4 + [[2880], [], []], 5, 0.000460864, 0.7086181640625),
+    ("aiter::rms_norm", [[32, 2880], [2880], [], []], 2, 0.000368704, 0.3570556640625),
+]
+
+
+@pytest.mark.parametrize("name,dims,n_tensors,gflops,mib", RMSNORM_REFERENCE)
+def test_rmsnorm_agrees_with_tracelens_reference(name: str, dims: list, n_tensors: int, gflops: float,
+                                                 mib: float) -> None:
+    from gpuscope.analyzers.costmodel import op_cost
+
+    types = ["c10::BFloat16"] * n_tensors + ["Scalar"] * (len(dims) - n_tensors)
+    cost = op_cost(name, dims, types, [""] * n_tensors + ["1e-05", "0"])
+    assert cost is not None
+    assert cost.flops / 1e9 == pytest.approx(gflops, rel=0.01)
+    assert cost.bytes / 2**20 == pytest.approx(mib, rel=0.01)
