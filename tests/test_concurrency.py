@@ -55,7 +55,7 @@ def test_monitor_runs_ingests_and_readers_share_a_store(tmp_path: Path) -> None:
     if tui is not None:
         try:
             # the runs screen reads the store every 2 s: once the writers are done it shows them all
-            final = tui.wait_for_count(3 + ingests, timeout_s=20)
+            final = tui.wait_for_count(3 + ingests, timeout_s=60)  # a loaded CI machine: bounded, not fixed
             assert final == 3 + ingests, tui.last
             assert len(set(tui.counts)) >= 2, tui.counts  # it showed runs landing, not one frozen view
             assert not tui.tracebacks, tui.last

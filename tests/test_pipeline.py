@@ -44,7 +44,12 @@ def test_a_replay_pipeline_plays_the_recordings_gpus_beside_this_host() -> None:
     # the host row is this machine's (the recording's says 512 GiB and 3 processes), measuring
     # the tree it was given: this process alone
     assert all(r.values.get("host_mem_total_bytes") != RECORDED_HOST_MEM_BYTES for r in rows)
-    assert rows[-1].values.get("proc_count") == 1
+    import psutil
+
+    assert rows[-1].values.get("host_mem_total_bytes") == psutil.virtual_memory().total
+    # the tree measured is this process and whatever children it has at that moment (a test run
+    # may hold some): at least this one
+    assert rows[-1].values.get("proc_count", 0) >= 1
     assert sink.rows("gpu0") and sink.rows("gpu1")
 
 
