@@ -170,7 +170,9 @@ def op_steps(con: "duckdb.DuckDBPyConnection", run_id: int, op_names: Iterable[s
     are left out; a signature none of whose calls is in a labelled step is absent.
     ``kept`` is the kernels filter of :func:`gpuscope.analyzers.scope.counted_kernels`."""
     names = sorted(set(op_names))
-    if not names:
+    # most runs hold no engine attention op: skip the scan of every kernel's launch for them
+    if not names or not con.execute("SELECT 1 FROM ops WHERE run_id = ? AND list_contains(?, name) LIMIT 1",
+                                    [run_id, names]).fetchone():
         return {}
     like = " OR ".join("starts_with(a.name, ?)" for _ in ITERATION_NAME_PREFIXES)
     rows = con.execute(
