@@ -37,6 +37,7 @@ def run(args: argparse.Namespace) -> int:
     from .. import store
     from ..analyzers.breakdown import analyze_run
     from ..analyzers.gap import add_gap
+    from ..analyzers.stragglers import add_communication_timing
     from ..render.analysis import render_analysis
 
     db = db_path(args)
@@ -58,6 +59,8 @@ def run(args: argparse.Namespace) -> int:
             model = ModelSpec.from_json(doc["model"]["spec"])  # the one stored with the run
         add_gap(con, run.id, doc, model, tokens=args.tokens, batch=args.batch, context=args.context,
                 specs_path=args.specs)
+        # exposed communication and stragglers (issue 31): the `communication` block's timing half
+        add_communication_timing(con, run.id, doc, tensor_parallel=getattr(model, "tensor_parallel", None))
     finally:
         con.close()
     if args.json:

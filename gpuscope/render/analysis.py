@@ -8,6 +8,7 @@ from typing import Any
 from ..analyzers.coverage import coverage_line
 from ..analyzers.modelspec import model_line
 from ..textsafe import visible
+from .communication import communication_lines
 from .gap import gap_lines
 from .ingest import MALFORMED_NOTE
 from .table import DEFAULT_WIDTH, fmt_pct, fmt_rate, fmt_us, prose, shorten, table, whole, wrap_prose
@@ -149,6 +150,7 @@ def render_analysis(doc: dict[str, Any], top: int = 10, wide: bool = False, widt
                   fmt_us(d["idle_us"]), fmt_us(d["span_us"])) for d in doc["per_device"]],
                 "lrrrrr",
             ))
+        out.extend(communication_lines(doc, width, wide, top))  # collectives, exposed time, stragglers
         ks = doc["kernels"][:top]
         if ks:
             gpu_total = busy or 1.0
