@@ -29,6 +29,8 @@ from .amd_values import (
     KIB,
     MAX_BYTES,
     NO_RESERVED_REASON,
+    NO_ROW_REMAP_REASON,
+    NO_VIDEO_SPLIT_REASON,
     NO_XID_REASON,
     as_bytes,
     as_bytes_per_s,
@@ -108,6 +110,7 @@ _METRIC_FIELDS: dict[str, tuple[str, ...]] = {
     "mem_clock_mhz": ("current_uclk", "average_uclk_frequency"),
     "throttle_reasons": ("indep_throttle_status", "throttle_status"),
     "pcie_bytes_per_s": ("pcie_bandwidth_inst",),
+    "pcie_replays": ("pcie_replay_count_acc",),
 }
 _NA_IN_GPU_METRICS = "not reported by this GPU (N/A in gpu_metrics)"
 #: the metrics read each tick (or each SLOW_READ_INTERVAL_S) that are said once when they had a
@@ -317,6 +320,10 @@ class AmdSmiCollector(Collector):
             info.kind = "partition"
         info.properties.update({"gfx_target": target, "compute_partition": cpart, "memory_partition": mpart,
                                 "physical_gpu": phys, "backend": self.backend})
+        # amd-smi static's asic_serial and VBIOS version (None where amdsmi says N/A)
+        info.properties["serial_number"] = as_str(asic.get("asic_serial"))
+        vbios = try_or_none(lambda: api.amdsmi_get_gpu_vbios_info(h))
+        info.properties["vbios_version"] = as_str(vbios.get("version")) if isinstance(vbios, dict) else None
         g = _AmdGpu(info=info, handle=h, bad=bad)
         energy = try_or_none(lambda: api.amdsmi_get_energy_count(h))
         res = as_number(energy.get("counter_resolution")) if isinstance(energy, dict) else None
@@ -383,6 +390,10 @@ class AmdSmiCollector(Collector):
         unsupported.setdefault("pcie_tx_bytes_per_s", "amdsmi gives PCIe bandwidth only for both directions (pcie_bytes_per_s)")
         unsupported.setdefault("pcie_rx_bytes_per_s", unsupported["pcie_tx_bytes_per_s"])
         unsupported.setdefault("fan_speed", "no fan speed ratio in amdsmi gpu_metrics (RPM only)")
+        for m in ("enc_util", "dec_util"):  # vcn_activity: one engine for both, no split
+            unsupported.setdefault(m, NO_VIDEO_SPLIT_REASON)
+        for m in ("remapped_rows_corrected", "remapped_rows_uncorrected", "row_remap_pending", "row_remap_failed"):
+            unsupported.setdefault(m, NO_ROW_REMAP_REASON)
         unsupported.setdefault("mem_reserved_bytes", NO_RESERVED_REASON)
         unsupported.setdefault("xid_errors", NO_XID_REASON)
         unsupported.setdefault("last_xid", NO_XID_REASON)
@@ -430,6 +441,7 @@ class AmdSmiCollector(Collector):
         v["throttle_reasons"] = as_count(thr)
         bw = as_number(gm.get("pcie_bandwidth_inst"))  # GB/s
         v["pcie_bytes_per_s"] = as_bytes_per_s(bw * 1e9) if bw is not None else None
+        v["pcie_replays"] = as_count(gm.get("pcie_replay_count_acc"))  # since the driver loaded
         ts = self._fw_time(g, gm, read_ns)
         for name, key in (("xgmi_nvlink_tx_bytes_per_s", "xgmi_write_data_acc"),
                           ("xgmi_nvlink_rx_bytes_per_s", "xgmi_read_data_acc")):

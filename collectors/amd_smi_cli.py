@@ -30,6 +30,8 @@ from .amd_values import (
     KIB,
     MIB,
     NO_RESERVED_REASON,
+    NO_ROW_REMAP_REASON,
+    NO_VIDEO_SPLIT_REASON,
     NO_XID_REASON,
     as_bytes,
     as_bytes_per_s,
@@ -207,6 +209,9 @@ def parse_amd_smi_static(doc: Any) -> dict[int, dict[str, Any]]:
             "memory_total_bytes": vram if vram else None,
             "compute_partition": as_str(part.get("compute_partition")),
             "memory_partition": as_str(part.get("memory_partition")),
+            # amd-smi static --asic / --vbios ("N/A" where the board has none: None)
+            "serial_number": as_str(asic.get("asic_serial")),
+            "vbios_version": as_str(_section(e, "vbios").get("version")),
         }
     return out
 
@@ -489,7 +494,8 @@ class AmdSmiCliCollector(Collector):
             if isinstance(cp, str) and cp.upper() not in ("SPX", "N/A", ""):
                 info.kind = "partition"
             info.properties.update({"backend": "amd-smi cli", "gfx_target": st.get("gfx_target"),
-                                    "compute_partition": cp, "memory_partition": st.get("memory_partition")})
+                                    "compute_partition": cp, "memory_partition": st.get("memory_partition"),
+                                    "serial_number": st.get("serial_number"), "vbios_version": st.get("vbios_version")})
             if self.notes:
                 # e.g. missing render/video groups: the reason some metrics below are missing
                 info.properties["notes"] = list(self.notes)
@@ -507,6 +513,9 @@ class AmdSmiCliCollector(Collector):
                 reasons[m] = "not read through the amd-smi CLI fallback (install amdsmi for it)"
             reasons["mem_reserved_bytes"] = NO_RESERVED_REASON
             reasons["xid_errors"] = reasons["last_xid"] = NO_XID_REASON
+            reasons["enc_util"] = reasons["dec_util"] = NO_VIDEO_SPLIT_REASON
+            for m in ("remapped_rows_corrected", "remapped_rows_uncorrected", "row_remap_pending", "row_remap_failed"):
+                reasons[m] = NO_ROW_REMAP_REASON
             info.unsupported = {m: reasons[m] for m in GPU_METRIC_NAMES if m not in supported}
             self._index_to_key[idx] = info.key
             devices.append(info)

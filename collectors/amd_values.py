@@ -14,6 +14,11 @@ KIB = 1024
 #: Why an AMD GPU has no XID metrics.
 NO_XID_REASON = "XID errors are NVIDIA's (NVML events); AMD reports RAS errors instead (not read yet)"
 MIB = 1024 * 1024
+#: Why an AMD GPU has no encoder / decoder utilization: its VCN engine encodes and decodes in
+#: one (amdsmi's vcn_activity), with no split into the two NVML reports.
+NO_VIDEO_SPLIT_REASON = "AMD's VCN engine encodes and decodes in one (vcn_activity): no encoder / decoder split"
+#: Why an AMD GPU has no remapped-row metrics: row remapping is NVIDIA's (Ampere and newer).
+NO_ROW_REMAP_REASON = "row remapping is NVIDIA's; AMD retires bad pages instead (amdsmi bad page info, not read)"
 
 
 # ------------------------------------------------------------------------------------------

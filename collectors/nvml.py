@@ -223,6 +223,10 @@ class NvmlCollector(Collector):
         info.warp_size = 32
         info.properties.update({"architecture": _ARCH_NAMES.get(arch, arch) if arch is not None else None,
                                 "driver_version": self.driver_version})
+        # nvidia-smi -q's "Serial Number" and "VBIOS Version" (None where the board has none:
+        # NVML answers NotSupported on GeForce boards)
+        info.properties["serial_number"] = try_or_none(lambda: nvml_text(mod.nvmlDeviceGetSerial(h))) or None
+        info.properties["vbios_version"] = try_or_none(lambda: nvml_text(mod.nvmlDeviceGetVbiosVersion(h))) or None
         mig = try_or_none(lambda: mod.nvmlDeviceGetMigMode(h))
         mig_on = bool(mig and mig[0] == 1)
         info.properties["mig_mode"] = None if mig is None else ("enabled" if mig_on else "disabled")

@@ -21,8 +21,10 @@ from .nvml_values import (
     memory_query,
     nvml_error_reason,
     read_memory_v1,
+    read_count,
     read_memory_v2,
     read_pcie_throughput,
+    read_remapped_rows,
     read_utilization,
     running_processes,
     throttle_reasons_fn,
@@ -63,6 +65,9 @@ GPM_PCIE_TX_PER_SEC = 20  # MiB/s
 GPM_PCIE_RX_PER_SEC = 21
 GPM_NVLINK_TOTAL_RX_PER_SEC = 60  # MiB/s
 GPM_NVLINK_TOTAL_TX_PER_SEC = 61
+
+#: The metrics of one nvmlDeviceGetRemappedRows call, in its order.
+REMAPPED_ROWS = ("remapped_rows_corrected", "remapped_rows_uncorrected", "row_remap_pending", "row_remap_failed")
 
 # nvmlTemperatureSensors_t and nvmlClockType_t values of the getters read
 TEMPERATURE_GPU = 0
@@ -264,6 +269,14 @@ class DeviceProbe:
         self.read(("throttle_reasons",),
                          lambda h: {"throttle_reasons": int(throttle_reasons_fn(mod)(h))})
         self.read(("fan_speed",), lambda h: {"fan_speed": percent_to_ratio(mod.nvmlDeviceGetFanSpeed(h))})
+        # the video engines, as nvidia-smi's "Utilization: Encoder / Decoder" (each over NVML's own
+        # sampling period, which the call also returns)
+        self.read(("enc_util",), lambda h: {"enc_util": percent_to_ratio(mod.nvmlDeviceGetEncoderUtilization(h)[0])})
+        self.read(("dec_util",), lambda h: {"dec_util": percent_to_ratio(mod.nvmlDeviceGetDecoderUtilization(h)[0])})
+        # counts that move seldom (a PCIe replay, a remapped row): read at the slow counters' pace
+        self.read(("pcie_replays",), lambda h: {"pcie_replays": read_count(mod.nvmlDeviceGetPcieReplayCounter(h))},
+                  every_s=self.slow_counter_interval_s)
+        self.read(REMAPPED_ROWS, lambda h: read_remapped_rows(mod, h), every_s=self.slow_counter_interval_s)
         # fallbacks for what the field values did not give
         if "power_w" not in self.supported:
             self.read(("power_w",), lambda h: {"power_w": mod.nvmlDeviceGetPowerUsage(h) / 1000.0})

@@ -26,7 +26,9 @@ __all__ = [
     "pick_ts_ns",
     "read_memory_v1",
     "read_memory_v2",
+    "read_count",
     "read_pcie_throughput",
+    "read_remapped_rows",
     "read_utilization",
     "running_processes",
     "throttle_reasons_fn",
@@ -211,6 +213,23 @@ def read_pcie_throughput(mod: Any, h: Any) -> dict[str, float]:
     tx = mod.nvmlDeviceGetPcieThroughput(h, PCIE_UTIL_TX_BYTES) * _KIB  # KB/s (KiB) -> B/s
     rx = mod.nvmlDeviceGetPcieThroughput(h, PCIE_UTIL_RX_BYTES) * _KIB
     return {"pcie_tx_bytes_per_s": float(tx), "pcie_rx_bytes_per_s": float(rx), "pcie_bytes_per_s": float(tx + rx)}
+
+
+def read_count(v: Any) -> int | None:
+    """A count NVML gave (an unsigned int): None for a non-number or a sentinel (0xFFFFFFFF)."""
+    if isinstance(v, bool) or not isinstance(v, int) or v < 0 or v >= 0xFFFFFFFF:
+        return None
+    return v
+
+
+def read_remapped_rows(mod: Any, h: Any) -> dict[str, int | None]:
+    """``nvmlDeviceGetRemappedRows``: rows remapped for correctable and uncorrectable errors
+    (over the GPU's life, kept in the InfoROM), and whether a remapping is pending (until the
+    next GPU reset) or has failed, as 0 / 1 (nvidia-smi -q's "Remapped Rows" section)."""
+    corrected, uncorrected, pending, failed = mod.nvmlDeviceGetRemappedRows(h)
+    flag = {0: 0, 1: 1}
+    return {"remapped_rows_corrected": read_count(corrected), "remapped_rows_uncorrected": read_count(uncorrected),
+            "row_remap_pending": flag.get(pending), "row_remap_failed": flag.get(failed)}
 
 
 def running_processes(mod: Any, h: Any) -> list[Any]:

@@ -51,7 +51,7 @@ METRICS: tuple[Metric, ...] = (
     Metric("tensor_active", "DOUBLE", "Fraction of cycles the tensor / matrix cores were busy (NVML GPM, AMD where exposed)", "gpuscope.gpu.tensor.active", "1"),
     Metric("dram_bw_util", "DOUBLE", "Fraction of peak DRAM bandwidth used (NVML GPM)", "gpuscope.gpu.dram.bandwidth_utilization", "1"),
     Metric("xgmi_nvlink_tx_bytes_per_s", "DOUBLE", "GPU-GPU link (NVLink / XGMI) transmit throughput", "gpuscope.gpu.link.io", "By/s"),
-    Metric("fan_speed", "DOUBLE", "Fan speed as a fraction of maximum", "gpuscope.gpu.fan.speed", "1"),
+    Metric("fan_speed", "DOUBLE", "Fan speed as a fraction of maximum", "hw.fan.speed_ratio", "1"),
     # Schema version 3 (telemetry collectors). New metrics go at the end, each with a
     # migration step in store.py that adds its column.
     Metric("xgmi_nvlink_rx_bytes_per_s", "DOUBLE", "GPU-GPU link (NVLink / XGMI) receive throughput", "gpuscope.gpu.link.io", "By/s"),
@@ -72,6 +72,14 @@ METRICS: tuple[Metric, ...] = (
     Metric("xid_errors", "BIGINT", "Critical XID errors the driver reported since the sampler opened the GPU (NVML events)", "hw.errors", "{error}", "counter"),
     Metric("last_xid", "INTEGER", "The code of the last critical XID error since the sampler opened the GPU (0: none)", "gpuscope.gpu.xid.last", "1"),
     Metric("ecc_uncorrected_errors", "BIGINT", "Uncorrected (double-bit) memory ECC errors since the driver loaded (NVML volatile DBE total; AMD uncorrectable count)", "hw.errors", "{error}", "counter"),
+    # Schema version 8: dcgm-exporter's default counters that NVML gives.
+    Metric("enc_util", "DOUBLE", "Fraction of the encoder's sampling period in which the video encoder was busy (NVML encoder utilization; AMD: none, VCN encodes and decodes in one engine)", "hw.gpu.utilization", "1"),
+    Metric("dec_util", "DOUBLE", "Fraction of the decoder's sampling period in which the video decoder was busy (NVML decoder utilization; AMD: none, VCN encodes and decodes in one engine)", "hw.gpu.utilization", "1"),
+    Metric("pcie_replays", "BIGINT", "PCIe replays (link-level retransmissions) since the driver loaded (NVML PCIe replay counter; AMD pcie_replay_count)", "gpuscope.gpu.pcie.replays", "{replay}", "counter"),
+    Metric("remapped_rows_corrected", "BIGINT", "Memory rows remapped for correctable errors over the GPU's life (NVML remapped rows; kept in the InfoROM)", "gpuscope.gpu.memory.remapped_rows", "{row}"),
+    Metric("remapped_rows_uncorrected", "BIGINT", "Memory rows remapped for uncorrectable errors over the GPU's life (NVML remapped rows; kept in the InfoROM)", "gpuscope.gpu.memory.remapped_rows", "{row}"),
+    Metric("row_remap_pending", "INTEGER", "1 while a row remapping waits for the next GPU reset, else 0 (NVML remapped rows)", "gpuscope.gpu.memory.row_remap.pending", "1"),
+    Metric("row_remap_failed", "INTEGER", "1 once a row remapping has failed (the GPU needs service), else 0 (NVML remapped rows)", "gpuscope.gpu.memory.row_remap.failed", "1"),
 )
 
 METRIC_NAMES: tuple[str, ...] = tuple(m.name for m in METRICS)

@@ -70,7 +70,9 @@ def _plausible(metric: str, v: Any) -> str | None:
         ok = -50 <= v <= 150
     elif metric.endswith("_mhz"):
         ok = 0 < v < 100_000
-    elif metric in ("ecc_corrected_errors", "ecc_uncorrected_errors", "xid_errors", "last_xid", "throttle_reasons"):
+    elif metric in ("ecc_corrected_errors", "ecc_uncorrected_errors", "xid_errors", "last_xid", "throttle_reasons",
+                    "pcie_replays", "remapped_rows_corrected", "remapped_rows_uncorrected", "row_remap_pending",
+                    "row_remap_failed"):
         ok = isinstance(v, int) and 0 <= v < 2**63  # a BIGINT column
     else:  # the ratios
         ok = 0 <= v <= 1

@@ -426,7 +426,8 @@ def test_static_from_published_outputs() -> None:
                                                    "target_graphics_version": "N/A"}, "bus": {"bdf": "N/A"},
                                 "partition": "N/A"}])[0]
     assert na == {"name": None, "pci_device_id": None, "num_sms": None, "gfx_target": None, "pci_bus_id": None,
-                  "memory_total_bytes": None, "compute_partition": None, "memory_partition": None}
+                  "memory_total_bytes": None, "compute_partition": None, "memory_partition": None,
+                  "serial_number": None, "vbios_version": None}
 
 
 def test_power_only_output_from_the_changelog(tmp_path: Path) -> None:

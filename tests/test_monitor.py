@@ -44,6 +44,17 @@ def _recorded(key: str, metric: str) -> set[float]:
             if r["device"] == key and metric in r["values"]}
 
 
+def _energy_increases(key: str) -> set[float]:
+    """What ``hw.energy`` may read within the recording's first loop: the counter's increase
+    since monitor's first reading (monitor exports energy counted since it started)."""
+    from gpuscope.collectors.replay import load_recording
+
+    rec = load_recording(RECORDING)
+    e = [float(r["values"]["energy_j"]) for tick in rec.ticks for r in tick
+         if r["device"] == key and "energy_j" in r["values"]]
+    return {round(v - e[0], 3) for v in e}
+
+
 def _monitor(*args: str, env: dict[str, str] | None = None) -> subprocess.Popen[str]:
     e = dict(os.environ)
     e.update(env or {})
@@ -135,7 +146,7 @@ def test_prometheus_endpoint_serves_the_replay_on_loopback_and_sigterm_exits_0()
         assert temps == {"gpu", "memory"}
         assert {lab["network_io_direction"] for lab, _ in _series(text, "hw_gpu_io_bytes_total")} == {"transmit", "receive"}
         energy = {lab["hw_name"]: val for lab, val in _series(text, "hw_energy_joules_total")}
-        assert energy["gpu0"] in _recorded("gpu0", "energy_j")
+        assert round(energy["gpu0"], 3) in _energy_increases("gpu0")
         # no command line, path or user in any label
         assert "synthetic_h100_a100" not in text and str(REPO) not in text
         with pytest.raises(urllib.error.HTTPError) as exc:
@@ -242,7 +253,7 @@ def _check_otlp(requests: list[Any]) -> None:
     attrs, value = power["gpu0"]
     assert value in _recorded("gpu0", "power_w")
     assert attrs["hw.id"] == H100_UUID and attrs["hw.type"] == "gpu" and attrs["hw.model"] == "NVIDIA H100 80GB HBM3"
-    assert {a["hw.name"]: v for a, v in _points(energy)}["gpu0"] in _recorded("gpu0", "energy_j")
+    assert round({a["hw.name"]: v for a, v in _points(energy)}["gpu0"], 3) in _energy_increases("gpu0")
 
 
 @pytest.mark.slow
@@ -358,20 +369,21 @@ def test_the_queue_keeps_failed_exports_drops_the_oldest_and_counts() -> None:
 #: The GPU metrics the semantic conventions define (model/hardware/gpu.yaml), and the common
 #: hardware metrics a GPU uses with hw.type=gpu.
 SEMCONV_HW = {"hw.gpu.utilization", "hw.gpu.memory.usage", "hw.gpu.memory.limit", "hw.gpu.memory.utilization",
-              "hw.gpu.io", "hw.errors", "hw.status", "hw.power", "hw.energy", "hw.temperature"}
+              "hw.gpu.io", "hw.errors", "hw.status", "hw.power", "hw.energy", "hw.temperature", "hw.fan.speed_ratio"}
 
 
 def test_every_stored_metric_is_exported_or_says_why_and_no_hw_name_is_invented() -> None:
     from gpuscope.metrics import METRICS
-    from gpuscope.otel.names import DIRECT, INSTRUMENTS_BY_NAME, NOT_EXPORTED, RATES, instrument_of
+    from gpuscope.otel.names import COUNTERS, DIRECT, INSTRUMENTS_BY_NAME, NOT_EXPORTED, RATES, SCALED, instrument_of
 
     for m in METRICS:
-        assert (m.name in DIRECT) + (m.name in RATES) + (m.name in NOT_EXPORTED) == 1, m.name
+        assert (m.name in DIRECT) + (m.name in COUNTERS) + (m.name in RATES) + (m.name in NOT_EXPORTED) == 1, m.name
         if m.name in NOT_EXPORTED:
             continue
         inst = INSTRUMENTS_BY_NAME[instrument_of(m.name)]
-        # a rate (By/s) becomes a byte counter; everything else keeps its unit
-        assert inst.unit == ("By" if m.otel_unit == "By/s" else m.otel_unit), m.name
+        # a rate (By/s) becomes a byte counter; a clock is exported in Hz (names.SCALED); the rest keep their unit
+        assert inst.unit == ("By" if m.otel_unit == "By/s" else SCALED[m.name][0] if m.name in SCALED
+                             else m.otel_unit), m.name
         assert inst.kind == "counter" if m.name in RATES or m.kind == "counter" else inst.kind in ("gauge", "updown")
     for name in INSTRUMENTS_BY_NAME:
         assert name in SEMCONV_HW or name.startswith(("gpuscope.", "system.")), name
@@ -401,6 +413,7 @@ def test_memory_utilization_is_the_fraction_used_not_the_controller_busy_time() 
     assert pts[("hw.status", tuple(sorted(attrs + (("hw.state", "ok"),))))] == 1.0
     lost = {(n, a): v for n, v, a in points(attrs, {}, lost=True, host=False)}
     assert lost == {("hw.status", tuple(sorted(attrs + (("hw.state", "ok"),)))): 0.0,
+                    ("hw.status", tuple(sorted(attrs + (("hw.state", "degraded"),)))): 0.0,
                     ("hw.status", tuple(sorted(attrs + (("hw.state", "failed"),)))): 1.0}
 
 
@@ -414,7 +427,7 @@ def test_dcgm_names_convert_units_and_label_amd_gpus_too() -> None:
                        pci_bus_id="0000:0c:00.0", properties={"driver_version": "6.8.5"})
     lab = labels(mi300, "node7", None)
     assert lab == {"gpu": "3", "UUID": "5f00-ab", "pci_bus_id": "0000:0c:00.0", "device": "amd3",
-                   "modelName": "AMD Instinct MI300X", "hostname": "node7", "DCGM_FI_DRIVER_VERSION": "6.8.5"}
+                   "modelName": "AMD Instinct MI300X", "Hostname": "node7", "DCGM_FI_DRIVER_VERSION": "6.8.5"}
     got = {name: value for name, _, _, value in samples(lab, {
         "gpu_util": 0.5, "mem_used_bytes": 3 * 2**30, "mem_total_bytes": 192 * 2**30, "energy_j": 12.5,
         "power_w": 600.0, "tensor_active": 0.25})}
@@ -478,13 +491,13 @@ def test_per_process_exports_the_top_n_by_memory_and_sums_the_rest() -> None:
     mem = {dict(a).get("process.executable.name"): (dict(a), v) for v, a in state.observe("gpuscope.gpu.process.memory.usage")
            if dict(a)["hw.name"] == "gpu0"}
     top, top_value = mem["vllm"]
-    assert top["process.pid"] == "4242" and top_value == 2 * 2**30 and top["hw.id"].startswith("GPU-")
+    assert top["process.pid"] == 4242 and top_value == 2 * 2**30 and top["hw.id"].startswith("GPU-")
     rest, rest_value = mem["(1 other processes)"]
     assert "process.pid" not in rest and rest_value == 2**30
     assert set(mem) == {"vllm", "(1 other processes)"}  # bounded: N + 1 series per GPU
     util = {dict(a).get("process.pid"): v for v, a in state.observe("gpuscope.gpu.process.utilization")
             if dict(a)["hw.name"] == "gpu0"}
-    assert util == {"4242": 0.55}
+    assert util == {4242: 0.55}
 
 
 def test_process_names_are_not_guessed_inside_a_pid_namespace(tmp_path: Path) -> None:
@@ -669,17 +682,25 @@ def test_sigterm_exports_what_monitor_holds_before_exiting() -> None:
         rx.close()
 
 
-def test_ecc_errors_are_hw_errors_by_error_type_and_dcgm_counters() -> None:
-    from gpuscope.collectors.base import DeviceInfo
+def test_ecc_errors_are_hw_errors_by_error_type_counted_since_monitor_started_and_dcgm_counters() -> None:
+    """The ECC counts run since the driver loaded; exported with monitor's start as their
+    start, they are what was counted since (12 then 15 corrected: 3), and a driver reload (the
+    count back to 2) adds its 2 rather than going back."""
+    from gpuscope.collectors.base import DeviceInfo, Sample
     from gpuscope.otel.dcgm import labels, samples
-    from gpuscope.otel.names import device_attributes, points
+    from gpuscope.otel.sink import TelemetryState
+    from gpuscope.sinks.base import SampleBatch, SamplerInfo
 
     d = DeviceInfo(key="gpu0", vendor="nvidia", index=0, name="NVIDIA H100 80GB HBM3", uuid="GPU-1")
-    attrs = device_attributes(d)
-    pts = {(n, dict(a).get("error.type")): v for n, v, a in
-           points(attrs, {"ecc_corrected_errors": 12, "ecc_uncorrected_errors": 1}, lost=False, host=False)
-           if n == "hw.errors"}
-    assert pts == {("hw.errors", "corrected"): 12.0, ("hw.errors", "uncorrected"): 1.0}
+    state = TelemetryState()
+    state.start(SamplerInfo(interval_s=1.0, started_ns=0, vendors=[], devices=[d]))
+    seen = []
+    for k, (sbe, dbe) in enumerate([(12, 1), (15, 1), (2, 0)]):
+        state.write(SampleBatch([(k, [Sample("gpu0", k * 10**9, {"ecc_corrected_errors": sbe,
+                                                                 "ecc_uncorrected_errors": dbe})])]))
+        seen.append({dict(a)["error.type"]: v for v, a in state.observe("hw.errors")})
+    assert seen == [{"corrected": 0, "uncorrected": 0}, {"corrected": 3, "uncorrected": 0},
+                    {"corrected": 5, "uncorrected": 0}]
     got = {n: (k, v) for n, k, _, v in samples(labels(d, "h", None), {"ecc_corrected_errors": 12})}
     assert got["DCGM_FI_DEV_ECC_SBE_VOL_TOTAL"] == ("counter", 12.0) and "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL" not in got
 

@@ -32,18 +32,21 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--interval", type=positive_float, default=1.0, metavar="S",
                         help="seconds between samples (default 1; 0.01 to 3600)")
     parser.add_argument("--otlp", nargs="?", const="", default=None, metavar="URL",
-                        help="export over OTLP, to URL (default: OTEL_EXPORTER_OTLP_METRICS_ENDPOINT / "
-                             "OTEL_EXPORTER_OTLP_ENDPOINT, else localhost: 4318 for http/protobuf, 4317 for grpc)")
+                        help="export over OTLP, to URL: a base URL, as OTEL_EXPORTER_OTLP_ENDPOINT (over HTTP "
+                             "/v1/metrics is appended to its path: http://host:4318/my posts to /my/v1/metrics). "
+                             "Default: OTEL_EXPORTER_OTLP_METRICS_ENDPOINT (used as is) / OTEL_EXPORTER_OTLP_ENDPOINT "
+                             "(a base URL), else localhost: 4318 for http/protobuf, 4317 for grpc")
     parser.add_argument("--otlp-protocol", choices=None, default=None, metavar="PROTOCOL",
                         help="grpc or http/protobuf (default: OTEL_EXPORTER_OTLP_METRICS_PROTOCOL / "
                              "OTEL_EXPORTER_OTLP_PROTOCOL, else http/protobuf)")
     parser.add_argument("--prometheus", default=None, metavar="[HOST:]PORT",
                         help="serve /metrics on PORT (127.0.0.1 unless HOST is given: an IPv4 address, "
                              "[IPV6] in brackets or a host name, e.g. 0.0.0.0:9464, [::1]:9464)")
-    parser.add_argument("--prometheus-names", choices=("otel", "dcgm"), default="otel",
+    parser.add_argument("--prometheus-names", choices=("otel", "dcgm", "amd"), default="otel",
                         help="names on /metrics: otel (the OpenTelemetry names as the SDK's Prometheus reader "
-                             "writes them, default) or dcgm (dcgm-exporter's names and labels, for NVIDIA and AMD "
-                             "GPUs, for dashboards built for dcgm-exporter)")
+                             "writes them, default), dcgm (dcgm-exporter's names and labels) or amd (AMD "
+                             "device-metrics-exporter's), each for NVIDIA and AMD GPUs alike, for dashboards "
+                             "built for those exporters")
     parser.add_argument("--per-process", nargs="?", const=5, default=0, type=positive_int, metavar="N",
                         help="also export each process's GPU memory (and utilization where the vendor gives it) "
                              "on each GPU, labelled by pid and executable name only: the N largest by memory "

@@ -35,7 +35,7 @@ class MonitorConfig:
     seconds: float | None = None
     #: export over OTLP there (None: no OTLP)
     otlp: OtlpTarget | None = None
-    #: the names on ``/metrics``: ``otel`` (the SDK's Prometheus reader) or ``dcgm`` (dcgm-exporter's)
+    #: the names on ``/metrics``: ``otel`` (the SDK's Prometheus reader), ``dcgm`` (dcgm-exporter's) or ``amd`` (AMD device-metrics-exporter's)
     prometheus_names: str = "otel"
     #: >0: export the processes on each GPU, this many by memory (the rest summed)
     per_process: int = 0
@@ -72,6 +72,10 @@ def run_monitor(config: MonitorConfig, endpoint: MetricsEndpoint | None = None,
         from ..otel.export import DcgmNames
 
         endpoint.render = DcgmNames(state, hostname()).render
+    elif endpoint is not None and config.prometheus_names == "amd":
+        from ..otel.amd import AmdNames
+
+        endpoint.render = AmdNames(state, hostname()).render
     elif endpoint is not None:
         # a registry of the endpoint's own: no process or platform collectors, nothing else
         registry = endpoint.registry
@@ -106,7 +110,8 @@ def run_monitor(config: MonitorConfig, endpoint: MetricsEndpoint | None = None,
         where = []
         if endpoint is not None:
             where.append(f"Prometheus on http://{_host_for_url(endpoint.host)}:{endpoint.port}/metrics"
-                         + (" (dcgm-exporter names)" if config.prometheus_names == "dcgm" else ""))
+                         + {"dcgm": " (dcgm-exporter names)", "amd": " (AMD device-metrics-exporter names)"}.get(
+                             config.prometheus_names, ""))
         if export.queue is not None and config.otlp is not None:
             where.append(f"OTLP {config.otlp.protocol} to {export.queue.what} every {config.otlp.export_interval_s:g} s")
         if config.db is not None:

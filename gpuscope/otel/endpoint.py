@@ -209,7 +209,7 @@ class MetricsEndpoint:
     """The ``/metrics`` server (module docstring). Bound at construction, so a port in use
     fails before the monitor starts; serves from :meth:`start` to :meth:`stop`.
 
-    ``render``, when set, gives the body instead of ``registry`` (the dcgm names). The counters
+    ``render``, when set, gives the body instead of ``registry`` (dcgm-exporter's or AMD's names). The counters
     (``served``, ``shed``, ``timed_out``, ``aborted``, ``refused``) are for tests and logs."""
 
     def __init__(self, listen: Listen, registry: Any = None, *, max_connections: int = MAX_CONNECTIONS,

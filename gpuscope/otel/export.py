@@ -5,10 +5,15 @@ endpoint itself is :mod:`gpuscope.otel.endpoint`; :class:`MetricsEndpoint` is re
 An OTLP endpoint that is down must not stop the monitor or flood its log: a failed export is
 queued (at most :data:`QUEUE_EXPORTS` exports; past that the oldest is dropped and counted in
 ``gpuscope.monitor.export.dropped``), retried before the next one, and the failure is logged
-at most once per :data:`LOG_EVERY_S`.
+at most once per :data:`LOG_EVERY_S`. The SDK's exporters log each retry and each failure
+themselves ("Transient error ... retrying", "Failed to export metrics batch"): gpuscope owns
+those loggers (:func:`own_sdk_logging`), keeps the first such message for its own line and
+prints none of them.
 """
 from __future__ import annotations
 
+import logging
+import re
 import sys
 import threading
 import time
@@ -26,12 +31,58 @@ QUEUE_EXPORTS = 60
 LOG_EVERY_S = 60.0
 
 
+#: The SDK's loggers gpuscope speaks for: the OTLP exporters' (HTTP, gRPC, and their common
+#: retry loop), for metrics and spans alike.
+SDK_LOGGERS = ("opentelemetry.exporter.otlp",)
+
+
+class _SdkMessages(logging.Handler):
+    """Keeps the first message the SDK's exporters logged since it was last asked (it names the
+    cause; the last one of an attempt only says the retries ran out) and prints nothing."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.DEBUG)
+        self.first: str | None = None
+        self.count = 0
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.count += 1
+        if self.first is None:
+            try:
+                self.first = record.getMessage()
+            except Exception:  # a malformed record: keep the format string
+                self.first = str(record.msg)
+
+    def take(self) -> str | None:
+        """The first message since the last take, then forget it."""
+        first, self.first = self.first, None
+        return first
+
+
+_SDK_MESSAGES = _SdkMessages()
+
+
+def own_sdk_logging() -> _SdkMessages:
+    """Route the SDK exporters' log records (:data:`SDK_LOGGERS`) to gpuscope instead of stderr:
+    they do not propagate to the root logger (whose last-resort handler prints every warning),
+    and the first of each failed export is kept for :class:`QueueingExporter`'s one line a minute.
+    Idempotent."""
+    for name in SDK_LOGGERS:
+        logger = logging.getLogger(name)
+        if _SDK_MESSAGES not in logger.handlers:
+            logger.addHandler(_SDK_MESSAGES)
+        logger.propagate = False
+    return _SDK_MESSAGES
+
+
 def otlp_exporter(endpoint: str | None, protocol: str, timeout_s: float) -> Any:
     """The SDK's OTLP metric exporter for ``protocol`` (``grpc`` or ``http/protobuf``);
     ``endpoint`` None leaves it to the ``OTEL_EXPORTER_OTLP_*`` variables and their defaults.
     Cumulative temporality for every instrument (what Prometheus-style backends expect)."""
     from opentelemetry.sdk.metrics import Counter, ObservableCounter, ObservableGauge, ObservableUpDownCounter, UpDownCounter
     from opentelemetry.sdk.metrics.export import AggregationTemporality
+
+    from .otlp import signal_url
 
     temporality = {k: AggregationTemporality.CUMULATIVE
                    for k in (Counter, UpDownCounter, ObservableCounter, ObservableUpDownCounter, ObservableGauge)}
@@ -46,7 +97,9 @@ def otlp_exporter(endpoint: str | None, protocol: str, timeout_s: float) -> Any:
     from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter as Http
 
     if endpoint:
-        kw["endpoint"] = endpoint if endpoint.rstrip("/").endswith("/v1/metrics") else endpoint.rstrip("/") + "/v1/metrics"
+        # --otlp URL is a base URL, as OTEL_EXPORTER_OTLP_ENDPOINT (docs/otel.md); without it the
+        # SDK applies the same rule to that variable and takes OTEL_EXPORTER_OTLP_METRICS_ENDPOINT as is
+        kw["endpoint"] = signal_url(endpoint, "metrics")
     return Http(**kw)
 
 
@@ -83,6 +136,7 @@ class QueueingExporter:
         self._last_log = -1e18
         self._lock = threading.Lock()
         self._log = log or (lambda line: print(line, file=sys.stderr, flush=True))
+        self._sdk = own_sdk_logging()
 
     def _export(self, metrics_data: Any) -> Any:
         from opentelemetry.sdk.metrics.export import MetricExportResult
@@ -93,12 +147,16 @@ class QueueingExporter:
                 self.queue.popleft()
                 self.dropped += 1
             while self.queue:
+                self._sdk.take()  # a message from before this attempt is not its reason
                 try:
                     result = self.inner.export(self.queue[0])
                 except Exception as exc:  # an exporter must not take the monitor down
                     result, why = MetricExportResult.FAILURE, f"{type(exc).__name__}: {exc}"
                 else:
                     why = "the endpoint refused or did not answer"
+                    said = self._sdk.take()  # the SDK's own reason: its log line, not printed
+                    if said:
+                        why += f"; the exporter said: {_without_secrets(visible(said))[:300]}"
                 if result != MetricExportResult.SUCCESS:
                     self.failures += 1
                     now = time.monotonic()
@@ -111,6 +169,13 @@ class QueueingExporter:
                 self.queue.popleft()
                 self.sent += 1
             return MetricExportResult.SUCCESS
+
+
+def _without_secrets(text: str) -> str:
+    """An exporter's message as gpuscope may print it: URL credentials and query strings (a
+    token can ride in either) left out, as :func:`gpuscope.otel.otlp.shown_endpoint` does."""
+    text = re.sub(r"//[^/@\s'\"]+@", "//", text)
+    return re.sub(r"\?[^\s'\")]*", "?...", text)
 
 
 class DcgmNames:

@@ -42,8 +42,15 @@ class OtlpTarget:
             else f"the OTEL_EXPORTER_OTLP_* endpoint ({self.protocol})"
 
 
+#: The signal paths the OTLP exporter specification appends to a base URL.
+SIGNAL_PATHS = {"metrics": "v1/metrics", "traces": "v1/traces"}
+
+
 def check_endpoint(url: str) -> str:
-    """An OTLP endpoint as given, checked: an http(s) URL with a host."""
+    """An OTLP endpoint as given, checked: an http(s) URL with a host. It is a *base* URL, as
+    ``OTEL_EXPORTER_OTLP_ENDPOINT`` is (:func:`signal_url` appends each signal's path), so a
+    path that already ends in a signal's path is refused: it would post to
+    ``.../v1/metrics/v1/metrics``."""
     try:
         parts = urlsplit(url)
         parts.port  # noqa: B018  (raises on a malformed port)
@@ -51,7 +58,26 @@ def check_endpoint(url: str) -> str:
         raise InputError(ENDPOINT_INPUT, f"malformed endpoint URL ({exc})") from None
     if parts.scheme not in ("http", "https") or not parts.hostname:
         raise InputError(ENDPOINT_INPUT, "expected an http:// or https:// URL with a host, e.g. http://localhost:4318")
+    path = parts.path.rstrip("/")
+    for signal in SIGNAL_PATHS.values():
+        if path.endswith("/" + signal):
+            raise InputError(ENDPOINT_INPUT, f"a base URL is expected (/{SIGNAL_PATHS['metrics']} and "
+                             f"/{SIGNAL_PATHS['traces']} are appended, as to OTEL_EXPORTER_OTLP_ENDPOINT), not one "
+                             f"ending in /{signal}: give {parts.scheme}://{parts.netloc}{path[: -len(signal) - 1]}, "
+                             "or set OTEL_EXPORTER_OTLP_METRICS_ENDPOINT (used as is) and give no URL")
     return url
+
+
+def signal_url(base: str, signal: str) -> str:
+    """The URL one signal goes to over OTLP/HTTP from a base URL, by the OTLP exporter
+    specification's rule for ``OTEL_EXPORTER_OTLP_ENDPOINT``: the signal's path (``v1/metrics``,
+    ``v1/traces``) appended to the base's path, with one ``/`` between
+    (``http://h:4318`` -> ``http://h:4318/v1/metrics``; ``http://h:4318/my`` and
+    ``http://h:4318/my/`` -> ``http://h:4318/my/v1/metrics``). Query and fragment are kept off
+    the path."""
+    parts = urlsplit(base)
+    path = parts.path if parts.path.endswith("/") else parts.path + "/"
+    return parts._replace(path=path + SIGNAL_PATHS[signal]).geturl()
 
 
 def shown_endpoint(url: str) -> str:

@@ -67,11 +67,11 @@ def run_span_plan(summary: dict[str, Any], *, name: str, command: str | None, st
 
 
 def traces_endpoint(url: str) -> str:
-    """An OTLP/HTTP base URL (or a ``/v1/metrics`` one) as the traces endpoint."""
-    base = url.rstrip("/")
-    if base.endswith("/v1/metrics"):
-        base = base[: -len("/v1/metrics")]
-    return base if base.endswith("/v1/traces") else base + "/v1/traces"
+    """An OTLP/HTTP base URL (``--otlp URL``, as ``OTEL_EXPORTER_OTLP_ENDPOINT``) as the traces
+    endpoint: ``v1/traces`` appended to its path (:func:`gpuscope.otel.otlp.signal_url`)."""
+    from .otlp import signal_url
+
+    return signal_url(url, "traces")
 
 
 def export_spans(plan: dict[str, Any], endpoint: str | None, protocol: str, resource_attrs: dict[str, str],

@@ -18,7 +18,7 @@ from ..redact import redact_command
 if TYPE_CHECKING:  # pragma: no cover
     import duckdb
 
-SCHEMA_VERSION = 7
+SCHEMA_VERSION = 8
 #: Block size of new store files: DuckDB's default (256 KiB) makes even an empty store large;
 #: 64 KiB blocks keep small runs small at no measurable cost in speed (bench/README.md).
 STORE_BLOCK_SIZE = 65536
@@ -293,8 +293,17 @@ def _migration_6_to_7(con: duckdb.DuckDBPyConnection) -> None:
     )
 
 
+def _migration_7_to_8(con: duckdb.DuckDBPyConnection) -> None:
+    # dcgm-exporter's default counters that NVML gives (issue 32): video engines, PCIe
+    # replays, remapped rows. Names and types fixed here, not read from gpuscope.metrics.
+    for name, sql_type in (("enc_util", "DOUBLE"), ("dec_util", "DOUBLE"), ("pcie_replays", "BIGINT"),
+                           ("remapped_rows_corrected", "BIGINT"), ("remapped_rows_uncorrected", "BIGINT"),
+                           ("row_remap_pending", "INTEGER"), ("row_remap_failed", "INTEGER")):
+        con.execute(f"ALTER TABLE samples ADD COLUMN IF NOT EXISTS {name} {sql_type}")
+
+
 MIGRATIONS = (_migration_0_to_1, _migration_1_to_2, _migration_2_to_3, _migration_3_to_4, _migration_4_to_5,
-              _migration_5_to_6, _migration_6_to_7)
+              _migration_5_to_6, _migration_6_to_7, _migration_7_to_8)
 assert len(MIGRATIONS) == SCHEMA_VERSION
 
 

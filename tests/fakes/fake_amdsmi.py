@@ -125,6 +125,10 @@ class FakeAmdSmi:
     def amdsmi_get_gpu_asic_info(self, h: _Handle) -> dict[str, Any]:
         return self._static(h, "asic")
 
+    def amdsmi_get_gpu_vbios_info(self, h: _Handle) -> dict[str, Any]:
+        """``{"name", "build_date", "part_number", "version"}`` (the table's ``vbios``)."""
+        return self._static(h, "vbios")
+
     def amdsmi_get_gpu_device_bdf(self, h: _Handle) -> str:
         return self._static(h, "bdf")
 

@@ -275,6 +275,13 @@ class FakeNvml:
         d = self._dev(h.index)
         return _Obj(busId=d["busId"].encode(), pciDeviceId=int(d["pciDeviceId"], 16))
 
+    def nvmlDeviceGetSerial(self, h: _Handle) -> str:
+        """The device's ``serial`` (absent: NotSupported, as on boards without one)."""
+        return _raise_if_error(self._dev(h.index).get("serial", "NOT_SUPPORTED"))
+
+    def nvmlDeviceGetVbiosVersion(self, h: _Handle) -> str:
+        return _raise_if_error(self._dev(h.index).get("vbios", "NOT_SUPPORTED"))
+
     def nvmlDeviceGetArchitecture(self, h: _Handle) -> int:
         return self._dev(h.index)["arch"]
 
@@ -336,6 +343,21 @@ class FakeNvml:
 
     def nvmlDeviceGetFanSpeed(self, h: _Handle) -> int:
         return self._get(h, "fan", "nvmlDeviceGetFanSpeed")
+
+    def nvmlDeviceGetEncoderUtilization(self, h: _Handle) -> list[int]:
+        """``[util %, sampling period µs]`` as nvidia-ml-py returns it (the table's ``encoder_util``)."""
+        return list(self._get(h, "encoder_util", "nvmlDeviceGetEncoderUtilization"))
+
+    def nvmlDeviceGetDecoderUtilization(self, h: _Handle) -> list[int]:
+        return list(self._get(h, "decoder_util", "nvmlDeviceGetDecoderUtilization"))
+
+    def nvmlDeviceGetPcieReplayCounter(self, h: _Handle) -> int:
+        return self._get(h, "pcie_replay", "nvmlDeviceGetPcieReplayCounter")
+
+    def nvmlDeviceGetRemappedRows(self, h: _Handle) -> tuple[int, int, int, int]:
+        """``(corrected rows, uncorrected rows, pending, failure occurred)`` as nvidia-ml-py
+        returns it (the table's ``remapped_rows``: nvidia-smi -q's "Remapped Rows", Yes/No as 1/0)."""
+        return tuple(self._get(h, "remapped_rows", "nvmlDeviceGetRemappedRows"))  # type: ignore[return-value]
 
     def nvmlDeviceGetPowerUsage(self, h: _Handle) -> int:
         return self._get(h, "power_usage", "nvmlDeviceGetPowerUsage")
