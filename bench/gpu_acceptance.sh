@@ -3,8 +3,8 @@
 #   bench/gpu_acceptance.sh [--dry-run] [--steps LIST] [OUTDIR]   (OUTDIR: $OUT when set, else ./gpu-acceptance)
 # Exits 2 at once without an NVIDIA or AMD GPU. Installs what the interpreter lacks from a local
 # wheel folder (GPUSCOPE_WHEELS, default .whl/) and gpuscope from this checkout, offline, into a
-# private folder; then runs bench/gpu_acceptance.py: six steps, each with its own time limit,
-# inside 9 minutes counted from here. GPUSCOPE_ACCEPTANCE_DRY_RUN=1 is --dry-run (the fakes, no
+# private folder; then runs bench/gpu_acceptance.py: fourteen steps, each with its own time limit
+# (525 s in all), inside 9 minutes counted from here. GPUSCOPE_ACCEPTANCE_DRY_RUN=1 is --dry-run (the fakes, no
 # GPU needed). PYTHON picks the interpreter (default python3). See docs/gpu-acceptance.md.
 set -u
 export GPUSCOPE_ACCEPTANCE_DEADLINE="${GPUSCOPE_ACCEPTANCE_DEADLINE:-$(( $(date +%s) + 540 ))}"

@@ -84,5 +84,8 @@ def mark(name: str = "step", *, tokens: int | None = None, prompt_tokens: int | 
             record["fields"] = {k: v if isinstance(v, (int, float, str, bool)) or v is None else str(v)
                                 for k, v in fields.items()}
         _boot.append_jsonl(_contract.MARKS_FILE, record)
+        on_mark = getattr(_boot, "on_mark", None)  # an older copy of the bootstrap has none
+        if on_mark is not None:
+            on_mark()  # counts toward --profile-after-marks windows
     except Exception as exc:
         _boot.report(f"gpuscope.mark failed: {type(exc).__name__}: {exc}")

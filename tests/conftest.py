@@ -140,11 +140,12 @@ def small_fs(tmp_path: Path) -> Iterator[Path]:
 def fill(folder: Path) -> Path:
     """Fill the file system of ``folder`` to the last block; the file to remove for room again."""
     path = folder / "fill"
-    with open(path, "wb") as f:
+    # unbuffered: a buffered file keeps what the last write could not place, and its close then
+    # raises ENOSPC again (whether it does depends on how full the disk was, to the 64 KiB)
+    with open(path, "wb", buffering=0) as f:
         try:
             while True:
                 f.write(b"\0" * 65536)
-                f.flush()
         except OSError:
             pass
     return path

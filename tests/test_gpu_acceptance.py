@@ -20,7 +20,8 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 SCRIPT = REPO / "bench" / "gpu_acceptance.sh"
 FAKE_SMI = REPO / "tests" / "fakes" / "fake_nvidia_smi.py"
-STEPS = ["pytest_gpu", "devices", "record", "readme_run", "calibrate", "sampler_cost", "ncu", "hf_generate"]
+STEPS = ["pytest_gpu", "devices", "record", "readme_run", "calibrate", "overhead", "compile_decode", "cudnn_sdpa",
+         "hf_generate", "import_window", "spill_ingest", "two_runs", "ncu", "strict_json"]
 HF_EXAMPLE = REPO / "examples" / "hf_generate.py"
 
 
@@ -81,7 +82,7 @@ def test_bad_arguments_exit_2_with_one_line(tmp_path: Path, args: list[str], fra
 def test_dry_run_goes_through_every_step_and_every_step_passes(tmp_path: Path) -> None:
     out = tmp_path / "acceptance"
     # the dry run by its environment variable, the folder by $OUT
-    p = _script(env=_env(GPUSCOPE_ACCEPTANCE_DRY_RUN="1", OUT=str(out)), timeout=300)
+    p = _script(env=_env(GPUSCOPE_ACCEPTANCE_DRY_RUN="1", OUT=str(out)), timeout=600)
     assert p.returncode == 0, p.stdout + p.stderr
     summary = json.loads((out / "summary.json").read_text())
     assert summary["dry_run"] is True and summary["result"] == "pass"
@@ -115,8 +116,29 @@ def test_dry_run_goes_through_every_step_and_every_step_passes(tmp_path: Path) -
     assert steps["readme_run"]["numbers"]["gpu_samples"] > 0 and steps["readme_run"]["numbers"]["ops"] > 0
     assert json.loads((out / "analyze.json").read_text())["ops"]
     assert json.loads((out / "calibrate.json").read_text())["results"]
-    runs = json.loads((out / "sampler.json").read_text())["decode"]["runs"]
-    assert set(runs) == {"off", "10 Hz", "100 Hz"} and steps["sampler_cost"]["numbers"]["rounds"] == len(runs["off"]) >= 1
+    # overhead: ABBA pairs with an interval, the sampler ticking only in the rounds it was on
+    overhead = json.loads((out / "overhead.json").read_text())
+    assert overhead["pairs"] >= 6 and len(overhead["changes_pct"]) == overhead["pairs"] and overhead["ci_pct"]
+    assert overhead["sampler"]["ticks_in_on_rounds"] > 0 and overhead["sampler"]["ticks_in_off_rounds"] <= 1
+    assert overhead["sampler"]["devices"] == ["gpu0", "gpu1", "host"]  # the replayed recording's GPUs
+    # the issue-30 workloads under run --profile-when busy: a complete run with its workload's line
+    for name in ("compile_decode", "cudnn_sdpa"):
+        n = steps[name]["numbers"]
+        assert n["exit_code"] == 0 and n["workload"]["workload"] == name and n["run"]["status"] == "complete", n
+        assert n["when"].startswith("busy") or "no --profile-when" in n["when"]
+    assert steps["compile_decode"]["numbers"]["workload"]["graphs_compiled_while_measured"] == 0
+    # a window due inside a 5 s import opened after it, with ops in it
+    imp = steps["import_window"]["numbers"]
+    assert imp["windows"] >= 1 and imp["window_after_import_end_s"] >= 0 and imp["ops"] > 0, imp
+    # the big-init window's trace ingested again with --all-ops --threads 8: exit 0, nothing left
+    spill = steps["spill_ingest"]["numbers"]["spill"]
+    assert spill["exit"] == 0 and spill["left_in_temp"] == [] and spill["ops_loaded"] > 0
+    # two runs at once on a missing store, three times: all six programs ran
+    assert [r["program_ran"] for r in steps["two_runs"]["numbers"]["runs"]] == [True] * 6
+    # every --json output of the run was parsed strictly, the NaN query among them
+    strict = steps["strict_json"]["numbers"]
+    assert strict["not_strict"] == [] and "sql --json (NaN, Infinity)" in strict["outputs"]
+    assert strict["checked"] >= 12
 
 
 @pytest.mark.slow
@@ -125,7 +147,7 @@ def test_a_hung_step_is_cut_and_later_steps_run_and_without_torch_its_steps_are_
     env = _env(GPUSCOPE_ACCEPTANCE_HANG_STEP="devices", GPUSCOPE_ACCEPTANCE_HANG_LIMIT_S="3",
                GPUSCOPE_ACCEPTANCE_DRY_NO_TORCH="1")
     t0 = time.monotonic()
-    p = _script("--dry-run", "--steps", "devices,record,readme_run,calibrate,sampler_cost", str(out), env=env)
+    p = _script("--dry-run", "--steps", "devices,record,readme_run,calibrate,overhead", str(out), env=env)
     assert p.returncode == 1, p.stdout + p.stderr  # the hung step failed
     assert time.monotonic() - t0 < 90
     summary = json.loads((out / "summary.json").read_text())
@@ -136,7 +158,7 @@ def test_a_hung_step_is_cut_and_later_steps_run_and_without_torch_its_steps_are_
     # the step after the hang ran: an idle recording, saying why there was no load
     assert steps["record"]["status"] == "pass", steps["record"]
     assert "IDLE: no torch" in steps["record"]["detail"] and steps["record"]["numbers"]["load"] is None
-    for name in ("readme_run", "calibrate", "sampler_cost"):
+    for name in ("readme_run", "calibrate", "overhead"):
         assert steps[name]["status"] == "skipped" and "torch is not importable" in steps[name]["detail"], steps[name]
     assert summary["result"] == "fail" and "| devices | fail |" in (out / "summary.md").read_text()
     assert (out / "recording.jsonl.gz").is_file() and not (out / "analyze.json").exists()
@@ -284,14 +306,83 @@ def test_torch_steps_need_a_torch_that_sees_the_gpu() -> None:
     assert not ok and why.startswith("torch is not importable by /opt/py (ModuleNotFoundError")
 
 
-def test_sampler_cost_is_paired_within_rounds() -> None:
-    # the machine drifts 10 % between rounds; sampling costs exactly 1 % and 2 % in every round
-    off = [1000.0, 1100.0, 1000.0, 900.0, 1000.0]
-    runs = {"off": off, "10 Hz": [x * 0.99 for x in off], "100 Hz": [x * 0.98 for x in off]}
-    cost = acc.sampler_cost(runs)
-    assert cost["rounds"] == 5 and cost["off_tokens_per_s_median"] == 1000.0
-    assert cost["10 Hz"]["change_pct_median"] == -1.0 and cost["10 Hz"]["change_pct_min"] == cost["10 Hz"]["change_pct_max"]
-    assert cost["100 Hz"]["change_pct_median"] == -2.0 and cost["100 Hz"]["change_pct_stdev"] == 0.0
+def test_step_limits_fit_the_nine_minute_budget_with_the_install() -> None:
+    # every step's limit, with about 15 s for the install and the probe, inside the 540 s budget
+    assert sum(st.limit_s for st in acc._steps()) + 15 <= acc.TOTAL_BUDGET_S
+    assert [st.name for st in acc._steps()] == STEPS
+
+
+def test_strict_json_rejects_nan_and_the_infinities() -> None:
+    assert acc.strict_loads('{"a": 1.5, "b": null}') == {"a": 1.5, "b": None}
+    for bad in ('{"dram_bw_util_mean": NaN}', '[Infinity]', '{"x": -Infinity}'):
+        with pytest.raises(ValueError, match="is not JSON"):
+            acc.strict_loads(bad)
+
+
+def test_overhead_problems_judge_pairs_pausing_and_the_goal() -> None:
+    ok = {"pairs": 40, "ci_pct": [-0.2, 0.4], "goal_met": True, "goal_pct": 1.0,
+          "sampler": {"ticks_in_on_rounds": 120, "ticks_in_off_rounds": 0}}
+    assert acc.overhead_problems(ok, dry=False) == []
+    # an upper end at 1.3 %: the goal is not met on the GPU; the dry run does not judge it
+    high = dict(ok, ci_pct=[0.1, 1.3], goal_met=False)
+    assert acc.overhead_problems(high, dry=False) == ["the interval's upper end +1.300 % is not under 1 %"]
+    assert acc.overhead_problems(high, dry=True) == []
+    # ticks in stopped rounds: the signal did not pause the sampler (3 > 2 % of 120, and > 1)
+    leak = dict(ok, sampler={"ticks_in_on_rounds": 120, "ticks_in_off_rounds": 3})
+    assert acc.overhead_problems(leak, dry=False) == [
+        "the sampler ticked 3 times in rounds it was stopped (SIGSTOP did not pause it)"]
+    few = dict(ok, pairs=10, sampler={"ticks_in_on_rounds": 0, "ticks_in_off_rounds": 0})
+    assert acc.overhead_problems(few, dry=False) == ["10 pairs of rounds, under 20",
+                                                     "the sampler never ticked in a round it was on"]
+    assert acc.overhead_problems(few, dry=True) == ["the sampler never ticked in a round it was on"]
+
+
+def _run_doc(tmp_path: Path, start_s: float, windows: int = 1) -> dict[str, object]:
+    """A ``run --json`` document whose one window opens ``start_s`` after torch's import (at
+    t = 100 s) and lasts 0.5 s; the bootstrap's armed event in the run directory."""
+    (tmp_path / "profiler.jsonl").write_text(json.dumps({"event": "armed", "pid": 7, "ts_ns": 100 * 10**9}) + "\n")
+    wins = [{"pid": 7, "start_ns": int((100 + start_s) * 1e9), "end_ns": int((100.5 + start_s) * 1e9)}][:windows]
+    return {"exit_code": 0, "ingest_error": None, "run_dir": str(tmp_path), "windows": wins,
+            "profiler": {"notes": []}, "analysis": _analysis_doc()}
+
+
+def test_profiled_summary_times_the_window_against_warm_and_torch_import(tmp_path: Path) -> None:
+    work = {"workload": "cudnn_sdpa", "warm_unix_ns": 110 * 10**9, "prefill_ms": 12.5}
+    s = acc.profiled_summary(_run_doc(tmp_path, 14.0), work, "busy")
+    assert s["windows"] == 1 and s["first_window_s"] == 0.5
+    assert s["first_window_after_torch_import_s"] == 14.0 and s["window_after_warm_s"] == 4.0
+    assert [e["name"] for e in s["cudnn_entries"]] == ["aten::_cudnn_attention_forward"]
+    assert s["coverage_share"] == 0.9 and s["over_roof"] == 2
+    problems = acc.window_problems(s, work, dry=False)
+    assert problems == ["2 entries above 100 % of their roof", "coverage 90.0 % under the 95 % goal"]
+    assert "1 window(s) (busy), the first +4.0 s after warm" in acc.profiled_line(s)
+    # a window before warm, none with cuDNN in it, CUDA graphs skipped: each named
+    early = acc.profiled_summary(_run_doc(tmp_path, 6.0), work, "busy")
+    early["cudnn_entries"] = []
+    graphs = {"workload": "cudnn_sdpa", "cudagraph_counters": {"cudagraph_skips": 2}}
+    problems = acc.window_problems(early, graphs, dry=False)
+    assert "the window opened 4.0 s before the workload was warm" in problems
+    assert "CUDA graphs skipped 2 time(s) (Inductor's cudagraph_skips)" in problems
+    assert "no cuDNN attention op or kernel in the window" in problems
+    none = acc.profiled_summary(_run_doc(tmp_path, 1.0, windows=0), work, "busy")
+    assert "no window caught (busy)" in acc.window_problems(none, work, dry=False)
+    assert acc.window_problems(none, work, dry=True) == ["2 entries above 100 % of their roof"]
+
+
+def test_import_window_must_open_after_the_import_with_gpu_kernels(tmp_path: Path) -> None:
+    # torch imported at 100 s; the slow import from 100.5 s to 105.5 s; the window at 106 s
+    work = {"workload": "slow_import", "import_s": 5.0, "import_begin_ns": int(100.5e9), "import_end_ns": int(105.5e9)}
+    n = acc.import_window_numbers(_run_doc(tmp_path, 6.0), work, "time")
+    assert n["window_after_import_end_s"] == 0.5 and n["import_began_after_torch_s"] == 0.5
+    assert n["gpu_activities"] == 1200 and acc.import_window_problems(n, dry=False) == []
+    inside = acc.import_window_numbers(_run_doc(tmp_path, 2.0), work, "time")
+    assert acc.import_window_problems(inside, dry=False) == ["the window opened inside the import (3.5 s before it ended)"]
+    none = acc.import_window_numbers(dict(_run_doc(tmp_path, 2.0, windows=0), profiler={"notes": ["no window"]}),
+                                     work, "time")
+    assert acc.import_window_problems(none, dry=False) == ["no profiler window opened (no window)"]
+    empty = dict(n, gpu_activities=0)
+    assert acc.import_window_problems(empty, dry=False) == ["the window holds no GPU kernel"]
+    assert acc.import_window_problems(empty, dry=True) == []
 
 
 @pytest.mark.parametrize("path", sorted((REPO / "fixtures" / "recordings").glob("*.jsonl*")), ids=lambda p: p.name)

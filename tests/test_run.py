@@ -645,7 +645,8 @@ def test_the_private_bootstrap_is_owner_only_and_holds_the_contract(tmp_path: Pa
     assert env["PYTHONPATH"] == os.pathsep.join([str(boot), "/a", "/b"])
     assert env["GPUSCOPE_RUN_DIR"] == str(run_dir) and env["GPUSCOPE_RUN_ID"] == "7"
     assert json.loads(env["GPUSCOPE_PROFILE"]) == {"enabled": True, "delay_s": 2.0, "duration_s": 3.0, "windows": 1,
-                                                   "interval_s": 2.0}
+                                                   "interval_s": 2.0, "when": "time", "after_marks": 0,
+                                                   "gpu_only": False}
     assert contract.decode_profile(env["GPUSCOPE_PROFILE"])["interval_s"] == 2.0
     assert env["VLLM_TORCH_PROFILER_DIR"] == str(run_dir / "traces") and env["KINETO_LOG_LEVEL"] == "3"
     assert child_env(run_dir, 7, ProfileConfig(), boot, base={})["KINETO_LOG_LEVEL"] == "6"

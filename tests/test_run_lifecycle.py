@@ -203,7 +203,8 @@ _LIFECYCLE_WRITES = {"begin_recording", "add_ingested", "merge_info", "finish", 
                      "recover_stale_runs", "begin"}
 #: The orchestrators (and the run API's own modules).
 _ORCHESTRATORS = {"gpuscope.run.wrapper", "gpuscope.monitor.loop", "gpuscope.ingest.write", "gpuscope.store.runs",
-                  "gpuscope.store.sampled_run", "gpuscope.store.connection"}
+                  "gpuscope.store.sampled_run", "gpuscope.store.connection",
+                  "gpuscope.run.pending"}  # (stores a run `gpuscope run` kept in its run folder)
 #: A store sink given no run id stands in for an orchestrator, in these two methods only.
 _SINK_OWN_RUN = {"_begin_own_run", "_end_own_run"}
 

@@ -99,9 +99,19 @@ def run_detail(db: Path, run_id: int | None, top: int = 50) -> dict[str, Any]:
             "devices": read.devices(con, rid),
             "samples": read.samples(con, rid, RUN_TIMELINE_METRICS),
             "annotations": read.annotation_rows(con, rid, RUN_TIMELINE_KINDS),
+            "profiling": _profiling(con, rid),
         }
 
     return safe_data(read_store(db, one))
+
+
+def _profiling(con: Any, run_id: int) -> bool | None:
+    """Whether the run's profiler windows were on (``gpuscope run``'s settings in
+    ``runs.info``: False for ``--no-profile``); None for a run that does not say (an ingest)."""
+    from gpuscope.store.runs import read_info
+
+    enabled = (read_info(con, run_id).profile or {}).get("enabled")
+    return enabled if isinstance(enabled, bool) else None
 
 
 def compare(db: Path, run_a: int, run_b: int, roof: str = "spec") -> dict[str, Any]:

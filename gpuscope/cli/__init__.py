@@ -57,12 +57,12 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-HELP_ORDER = ("run", "tui", "monitor", "ingest", "analyze", "compare", "export", "report", "ceiling", "specs", "calibrate", "devices", "record", "runs",
+HELP_ORDER = ("run", "profile", "tui", "monitor", "ingest", "analyze", "compare", "export", "report", "ceiling", "specs", "calibrate", "devices", "record", "runs",
               "sql")
 
 
 _COMMANDS = ("ingest", "analyze", "runs", "sql", "run", "compare", "specs", "ceiling", "calibrate", "devices", "record",
-             "tui", "monitor", "export", "report")
+             "tui", "monitor", "export", "report", "profile")
 
 
 def main(argv: Sequence[str] | None = None) -> int:

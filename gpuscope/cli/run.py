@@ -21,12 +21,41 @@ NEEDS_DB = True
 REPORTS = True
 
 
+def profile_when(text: str) -> tuple[str, float]:
+    """``--profile-when``: ``time``, ``busy`` or ``busy=UTIL`` (percent, 0 < UTIL <= 100, a
+    trailing ``%`` allowed); (the mode, the utilisation as a ratio)."""
+    mode, sep, value = text.strip().partition("=")
+    if mode == "time" and not sep:
+        return "time", 0.5
+    if mode != "busy":
+        raise argparse.ArgumentTypeError(f"{text!r} is not busy or busy=UTIL (UTIL in percent, 50 by default)")
+    if not sep:
+        return "busy", 0.5
+    try:
+        pct = float(value.strip().removesuffix("%"))
+    except ValueError:
+        pct = float("nan")
+    if not (0 < pct <= 100):  # (nan fails too)
+        raise argparse.ArgumentTypeError(f"{text!r}: UTIL must be a percentage above 0 and at most 100")
+    return "busy", pct / 100
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Add this command's arguments to its sub-parser."""
     parser.add_argument("--name", help="run name (default: the script or program name)")
     parser.add_argument("--hz", type=positive_float, default=10.0, help="telemetry samples per second (default 10, at most 100)")
-    parser.add_argument("--profile-delay", type=non_negative_float, default=5.0, metavar="S",
-                        help="seconds after the program imports torch before the first profiler window (default 5)")
+    parser.add_argument("--profile-delay", type=non_negative_float, default=None, metavar="S",
+                        help="windows in time (the default): seconds after the program imports torch before the "
+                             "first profiler window (default 5)")
+    parser.add_argument("--profile-when", type=profile_when, default=None, metavar="busy[=UTIL]",
+                        help="busy: open each window once the program's GPUs have been busy at or above UTIL %% "
+                             "(default 50) for 3 s in a row (their per-process utilisation where NVML / AMD SMI "
+                             "give it, else the devices'), in the processes that use those GPUs; the next one "
+                             "--profile-interval after the previous ended, when busy again. Default: time "
+                             "(--profile-delay)")
+    parser.add_argument("--profile-after-marks", type=positive_int, default=None, metavar="N",
+                        help="open each process's window at its N-th gpuscope.mark() (a step), then every "
+                             "--profile-interval; not with --profile-when")
     parser.add_argument("--profile-duration", type=non_negative_float, default=3.0, metavar="S",
                         help="seconds each profiler window stays open (default 3)")
     parser.add_argument("--profile-windows", type=positive_int, default=1, metavar="N",
@@ -76,15 +105,27 @@ def run(args: argparse.Namespace) -> int:
     cmd = list(args.cmd)
     if cmd and cmd[0] == "--":
         cmd = cmd[1:]
-    for flag, value, low in (("--profile-delay", args.profile_delay, 0.0), ("--profile-duration", args.profile_duration, 0.0),
+    delay = 5.0 if args.profile_delay is None else args.profile_delay
+    for flag, value, low in (("--profile-delay", delay, 0.0), ("--profile-duration", args.profile_duration, 0.0),
                              ("--profile-windows", args.profile_windows, 0)):
         if value < low:
             raise InputError(flag, f"must be at least {low:g}, not {value:g}")
+    when, busy_util = args.profile_when if args.profile_when is not None else ("time", 0.5)
+    if args.profile_after_marks is not None:
+        if args.profile_when is not None:
+            raise InputError("--profile-after-marks", "cannot be used with --profile-when: windows open either at a "
+                                                      "mark or when the GPUs are busy")
+        when = "marks"
+    if when != "time" and args.profile_delay is not None:
+        flag = "--profile-after-marks" if when == "marks" else "--profile-when busy"
+        raise InputError("--profile-delay", f"is for windows in time; with {flag} the window opens "
+                                            f"{'at a mark' if when == 'marks' else 'when the GPUs are busy'}")
     if args.tokens is not None and args.tokens <= 0:
         raise InputError("--tokens", "must be a positive count")
-    profile = ProfileConfig(enabled=not args.no_profile and args.profile_windows > 0, delay_s=args.profile_delay,
+    profile = ProfileConfig(enabled=not args.no_profile and args.profile_windows > 0, delay_s=delay,
                             duration_s=args.profile_duration, windows=args.profile_windows,
-                            interval_s=args.profile_interval)
+                            interval_s=args.profile_interval, when=when, after_marks=args.profile_after_marks or 0,
+                            busy_util=busy_util)
     otlp = None
     if args.otlp is not None:
         otlp = otlp_target(args.otlp, args.otlp_protocol)

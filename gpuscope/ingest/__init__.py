@@ -27,23 +27,43 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ..errors import InputError
 from .devices import device_rows, map_devices
 from .parse import IngestCounts
 from .progress import Progress, ProgressLine, quiet, stderr_progress
 from .read import MAX_HEADER_BYTES, MAX_INFLATE_RATIO, InflateLimitError, expand_paths, inputs_digest, shown
-from .stage import STAGING_TABLES, TraceInfo, stage_traces
+from .stage import STAGING_TABLES, StagingConnection, TraceInfo, stage_traces
 from .write import GRAPH_EVENTS_KEY, write_run
 
-if TYPE_CHECKING:  # pragma: no cover
-    import duckdb
-
 __all__ = [
-    "GRAPH_EVENTS_KEY", "MAX_HEADER_BYTES", "MAX_INFLATE_RATIO", "STAGING_TABLES", "InflateLimitError", "IngestResult", "Progress", "ProgressLine",
-    "TraceInfo", "default_run_name", "expand_paths", "ingest", "inputs_digest", "stage_traces", "stderr_progress",
+    "GRAPH_EVENTS_KEY", "MAX_HEADER_BYTES", "MAX_INFLATE_RATIO", "STAGING_TABLES", "InflateLimitError", "IngestResult",
+    "NoActivityError", "Progress", "ProgressLine",
+    "StagingConnection", "TraceInfo", "default_run_name", "expand_paths", "ingest", "inputs_digest", "stage_traces", "stderr_progress",
 ]
+
+
+class NoActivityError(InputError):
+    """The traces are valid Kineto/Chrome traces that recorded nothing: metadata only (a
+    profiler window open while the program ran no ops: asleep, waiting, inside a long import).
+    An :class:`InputError` like any unusable input; its own class so that ``gpuscope run`` can
+    say what happened to the window instead of doubting the file."""
+
+
+#: What a trace that recorded nothing still holds: metadata events (``ph`` M: process and
+#: thread names), instants (``ph`` i/I: Kineto's iteration start and window end) and the
+#: profiler's own span (category ``Trace``, "PyTorch Profiler (0)"), as labelled in
+#: :attr:`IngestCounts.ignored` (the category, else ``ph=...``).
+_NO_ACTIVITY_LABELS = frozenset({"ph=M", "ph=i", "ph=I", "Trace"})
+
+
+def _metadata_only(counts: IngestCounts) -> bool:
+    """Whether every event of traces that gave no rows is metadata (:data:`_NO_ACTIVITY_LABELS`):
+    a valid trace that recorded no activity, not a file that is no trace (entries without a
+    ``ph``, malformed events, complete events of unknown categories)."""
+    return (not counts.skipped and not counts.accelerators and bool(counts.ignored)
+            and all(label in _NO_ACTIVITY_LABELS for label in counts.ignored))
 
 
 @dataclass
@@ -60,7 +80,8 @@ class IngestResult:
     linked: dict[str, int]
     notes: list[str] = field(default_factory=list)
     #: With ``ingest(..., keep_open=True)``: an open connection whose current database is the
-    #: store (the caller closes it); None otherwise.
+    #: store (a :class:`~.stage.StagingConnection`: the caller closes it, which also removes the
+    #: folder it spills to); None otherwise.
     connection: Any = field(default=None, repr=False, compare=False)
 
     def to_json(self) -> dict[str, Any]:
@@ -125,9 +146,10 @@ def ingest(
     left_out: list[str] = []  # directory entries named like traces that are not regular files
     files = expand_paths(paths, left_out)
     explicit = {Path(p) for p in paths}
-    con, infos, counts = stage_traces(files, progress, optional=[f for f in files if f not in explicit],
-                                      max_inflate_ratio=max_inflate_ratio, threads=threads)
-    handed_over: duckdb.DuckDBPyConnection | None = None
+    staging, infos, counts = stage_traces(files, progress, optional=[f for f in files if f not in explicit],
+                                          max_inflate_ratio=max_inflate_ratio, threads=threads)
+    con = staging.con
+    handed_over: StagingConnection | None = None
     try:
         total_events = sum(i.events for i in infos)
         gpu_rows, op_rows = one_row(con.execute(
@@ -142,6 +164,10 @@ def ingest(
                 raise InputError(folders, "no usable trace: " + "; ".join(counts.not_traces))
             if total_events == 0:
                 raise InputError(what, "the trace holds no events")
+            if _metadata_only(counts):
+                raise NoActivityError(what, f"the trace recorded no activity: only metadata ({total_events} "
+                                            "entries: process and thread names, the profiler's own span), not one op, "
+                                            "kernel or annotation")
             raise InputError(what, f"no trace events gpuscope can use among {total_events} entries (not a Kineto/Chrome trace?)")
         devices = device_rows(con, infos, counts)
         map_devices(con, devices)
@@ -178,11 +204,11 @@ def ingest(
             inputs_digest=inputs_digest(files),
         )
         run_id, run_name, handed_over = write_run(
-            con, db_path, name=run_name, files=files, span=span, info_doc=info_doc, notes=notes, infos=infos,
+            staging, db_path, name=run_name, files=files, span=span, info_doc=info_doc, notes=notes, infos=infos,
             devices=devices, all_ops=all_ops, into_run=into_run, keep_open=keep_open, progress=progress)
     finally:
         if handed_over is None:
-            con.close()
+            staging.close()  # the connection, then its spill folder
     file_docs = [
         {"path": i.path, "form": i.form, "size_bytes": i.size_bytes, "json_bytes": i.json_bytes, "events": i.events,
          "ts_relative": i.ts_relative, "base_time_ns": i.base_time_ns, "rank": i.rank}

@@ -5,6 +5,8 @@ Nothing here touches the store; :mod:`.write` writes what the staging tables hol
 from __future__ import annotations
 
 import os
+import shutil
+import tempfile
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -17,7 +19,9 @@ from .parse import (
     load_trace, time_base, usable_events,
 )
 from .progress import Progress, ProgressLine, quiet
-from .read import MAX_INFLATE_RATIO, InflateLimitError, PartStream, SpoolAhead, open_regular, shown
+from .read import (
+    MAX_INFLATE_RATIO, SPOOL_DIR_PREFIX, InflateLimitError, PartStream, SpoolAhead, open_regular, shown,
+)
 
 if TYPE_CHECKING:  # pragma: no cover
     import duckdb
@@ -82,15 +86,64 @@ def _rank(header: dict[str, Any], notes: list[str] | None = None, source: str = 
 PARALLEL_JSON_BYTES = 48 << 20
 
 
-def _staging_connection(spill_dir: Path) -> duckdb.DuckDBPyConnection:
-    """The in-memory staging database, spilling into ``spill_dir``: the ingest's own folder
-    (:class:`~.read.SpoolAhead`'s), so that concurrent ingests never share spill files and
-    those of a killed one are removed with its spools."""
+class StagingConnection:
+    """The in-memory staging DuckDB and the spill folder it writes to (its ``temp_directory``),
+    owned together: :meth:`close` closes the connection, then removes the folder.
+
+    DuckDB removes a spilled block's file when the block is freed, which can be long after
+    staging (the write to the store reads the staged tables back; ``analyze TRACE`` keeps the
+    connection to read the run), so the folder must outlive the spools of
+    :class:`~.read.SpoolAhead` and live exactly as long as the connection (issue 30, point 2).
+    Everything else (``execute``, ``sql``, ...) is the connection's; :attr:`con` is the
+    connection itself, for code typed against it.
+    """
+
+    def __init__(self, con: duckdb.DuckDBPyConnection, spill_dir: Path) -> None:
+        self.con = con
+        self.spill_dir = spill_dir
+        self._closed = False
+
+    def __getattr__(self, name: str) -> Any:
+        # only reached for what this class does not define: the connection's own methods
+        return getattr(self.con, name)
+
+    def close(self) -> None:
+        """Close the connection, then remove its spill folder (in that order: DuckDB removes
+        its spill files at close). Closing twice does nothing."""
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            self.con.close()
+        finally:
+            shutil.rmtree(self.spill_dir, ignore_errors=True)
+
+    def __enter__(self) -> StagingConnection:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _staging_connection() -> StagingConnection:
+    """A new in-memory staging database, spilling into a folder of its own (named like the
+    spools, so that :func:`~.read.sweep_stale_spools` removes those of a killed ingest, and
+    concurrent ingests never share spill files)."""
     from .._db import duckdb, sql_literal
 
-    con = duckdb.connect(":memory:", config={"threads": 1})
-    con.execute(f"SET temp_directory = {sql_literal(str(spill_dir))}")
-    return con
+    spill_dir = Path(tempfile.mkdtemp(prefix=f"{SPOOL_DIR_PREFIX}{os.getpid()}-spill-"))
+    try:
+        con = duckdb.connect(":memory:", config={"threads": 1})
+    except BaseException:
+        shutil.rmtree(spill_dir, ignore_errors=True)
+        raise
+    staging = StagingConnection(con, spill_dir)
+    try:
+        con.execute(f"SET temp_directory = {sql_literal(str(spill_dir))}")
+    except BaseException:
+        staging.close()
+        raise
+    return staging
 
 
 #: DuckDB memory limit while staging with one thread (inputs under
@@ -116,12 +169,13 @@ def default_threads() -> int:
 def stage_traces(
     paths: Sequence[Path], progress: Progress = quiet, optional: Collection[Path] = (),
     max_inflate_ratio: float = MAX_INFLATE_RATIO, threads: int | None = None,
-) -> tuple[duckdb.DuckDBPyConnection, list[TraceInfo], IngestCounts]:
+) -> tuple[StagingConnection, list[TraceInfo], IngestCounts]:
     """Spool, parse and link ``paths`` into staging tables of an in-memory DuckDB.
 
     Files in ``optional`` (found by scanning a directory) that turn out not to be traces are
     skipped with a note instead of failing the ingest. Returns the staging connection (tables
-    ``kernel_stage``, ``op_stage``, ``annotation_stage``), per-file information, and
+    ``kernel_stage``, ``op_stage``, ``annotation_stage``) with its spill folder, which the
+    caller closes (:meth:`StagingConnection.close`), per-file information, and
     :class:`~.parse.IngestCounts`.
     Nothing touches the store. ``threads`` (default :func:`default_threads`) is the most
     DuckDB threads and files spooled at once; inputs under :data:`PARALLEL_JSON_BYTES` are
@@ -132,7 +186,11 @@ def stage_traces(
     threads = max(1, threads or default_threads())
     try:
         staged = _stage_traces(paths, progress, optional, STAGING_MEMORY_LIMIT, max_inflate_ratio, threads)
-        staged[0].execute("RESET memory_limit")  # the write to the store is not bounded
+        try:
+            staged[0].con.execute("RESET memory_limit")  # the write to the store is not bounded
+        except BaseException:
+            staged[0].close()
+            raise
         return staged
     except duckdb.OutOfMemoryException:
         progress(f"staging needs more than {STAGING_MEMORY_LIMIT} of memory: staging again without a limit")
@@ -146,27 +204,28 @@ def stage_traces(
 def _stage_traces(
     paths: Sequence[Path], progress: Progress, optional: Collection[Path], memory_limit: str | None,
     max_inflate_ratio: float = MAX_INFLATE_RATIO, threads: int = 1,
-) -> tuple[duckdb.DuckDBPyConnection, list[TraceInfo], IngestCounts]:
+) -> tuple[StagingConnection, list[TraceInfo], IngestCounts]:
     from .._db import sql_literal
 
     ahead = SpoolAhead(paths, max_inflate_ratio, workers=threads)
     try:
-        con = _staging_connection(ahead.dir / "spill")
+        staging = _staging_connection()
         try:
             if memory_limit:
-                con.execute(f"SET memory_limit = {sql_literal(memory_limit)}")
-            return _stage_into(con, paths, progress, optional, memory_limit, ahead, threads)
+                staging.con.execute(f"SET memory_limit = {sql_literal(memory_limit)}")
+            infos, counts = _stage_into(staging.con, paths, progress, optional, memory_limit, ahead, threads)
+            return staging, infos, counts
         except BaseException:
-            con.close()
+            staging.close()
             raise
     finally:
-        ahead.close()
+        ahead.close()  # the spools only: the spill folder is the staging connection's
 
 
 def _stage_into(
     con: duckdb.DuckDBPyConnection, paths: Sequence[Path], progress: Progress, optional: Collection[Path],
     memory_limit: str | None, ahead: SpoolAhead, max_threads: int = 1,
-) -> tuple[duckdb.DuckDBPyConnection, list[TraceInfo], IngestCounts]:
+) -> tuple[list[TraceInfo], IngestCounts]:
     from .._db import sql_literal
 
     batches = Batches(con)
@@ -240,7 +299,7 @@ def _stage_into(
     replayed, mapped = link_kernels(con)
     counts = replace(event_counts, not_traces=not_traces, graph_replayed_kernels=replayed, graph_mapped_kernels=mapped)
     apply_time_bases(con, infos)
-    return con, infos, counts
+    return infos, counts
 
 
 #: The staged times (table, its columns in ns) that count from a trace's time base.

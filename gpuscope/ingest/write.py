@@ -16,7 +16,7 @@ from ..errors import GpuscopeError, InputError
 from ..render import json as strict_json
 from ..textsafe import visible
 from .progress import Progress
-from .stage import STAGING_TABLES, TraceInfo
+from .stage import STAGING_TABLES, StagingConnection, TraceInfo
 
 if TYPE_CHECKING:  # pragma: no cover
     import duckdb
@@ -29,15 +29,16 @@ GRAPH_EVENTS_KEY = "gpuscope_graph_events"
 
 
 def write_run(
-    con: duckdb.DuckDBPyConnection, db_path: Path | str, *, name: str, files: Sequence[Path],
+    staging: StagingConnection, db_path: Path | str, *, name: str, files: Sequence[Path],
     span: tuple[int | None, int | None], info_doc: RunInfo, notes: list[str], infos: list[TraceInfo],
     devices: list[dict[str, Any]], all_ops: bool, into_run: int | None, keep_open: bool, progress: Progress,
-) -> tuple[int, str, duckdb.DuckDBPyConnection | None]:
-    """Attach the store at ``db_path`` to the staging connection ``con`` and write the run.
+) -> tuple[int, str, StagingConnection | None]:
+    """Attach the store at ``db_path`` to the staging connection and write the run.
 
-    Returns (run id, run name, the connection handed over): with ``keep_open`` that is ``con``,
-    its current database the store and its staging tables dropped; otherwise None, and the store
-    is detached again (the caller closes ``con`` either way unless it is handed over). With
+    Returns (run id, run name, the connection handed over): with ``keep_open`` that is
+    ``staging``, its current database the store and its staging tables dropped (its spill
+    folder goes with it); otherwise None, and the store is detached again (the caller closes
+    ``staging`` either way unless it is handed over). With
     ``into_run`` the traces join that run, their trace, device and op ids after its own.
     ``info_doc``: the new run's ``runs.info``; joining a run, only its ``ingest`` counts and
     ``notes`` are added to that run's.
@@ -47,7 +48,8 @@ def write_run(
     from ..store import read, runs, trace_rows
     from ..store.run_info import RunInfo
 
-    handed_over: duckdb.DuckDBPyConnection | None = None
+    con = staging.con
+    handed_over: StagingConnection | None = None
     run_name = name
     progress(f"writing run to {db_path}")
     store.open_attached(con, db_path)
@@ -80,7 +82,7 @@ def write_run(
             # By name: listing the catalog costs more than the drops (bench/README.md); a test
             # checks that none is left.
             con.execute("".join(f"DROP TABLE IF EXISTS temp.{t};" for t in STAGING_TABLES))
-            handed_over = con
+            handed_over = staging
     except duckdb.Error as exc:
         # the disk is full or the store's device failed: DuckDB says so as an I/O error, or as
         # a commit whose checkpoint failed (the transaction is rolled back either way)

@@ -23,19 +23,21 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..errors import GpuscopeError, InputError, ParameterError
+from ..errors import GpuscopeError, InputError, ParameterError, StoreBusyError
 from ..paths import user_umask
 from ..redact import redact_argv, redact_command
 from ..textsafe import raw_stream, visible
 from . import contract
 from .bootstrap import CHILD_FILES
 from .summary import Interruption, ProfilerSummary, RunSummary
+from .notes import profiler_notes, window_missed_gpu_note
+from .pending import annotation_rows as _annotation_rows
 
 if TYPE_CHECKING:  # pragma: no cover
     from collections.abc import Callable
@@ -43,8 +45,10 @@ if TYPE_CHECKING:  # pragma: no cover
     from ..otel.otlp import OtlpTarget
     from ..sampling import Sampler
     from ..sinks.memory import LiveBuffer
+    from ..sinks.rundir import RunDirSink
     from ..sinks.store import StoreSink
     from ..store.read import AnnotationRow
+    from .pending import PendingRun
 
     #: how the wrapper says what it does (the CLI's progress lines on stderr)
     Say = Callable[[str], None]
@@ -61,10 +65,20 @@ class ProfileConfig:
     duration_s: float = 3.0
     windows: int = 1
     interval_s: float | None = None
+    #: ``time`` (``delay_s`` after torch is imported), ``busy`` (the wrapper asks once the GPUs
+    #: are busy: :mod:`gpuscope.run.busy`) or ``marks`` (at the ``after_marks``-th mark)
+    when: str = "time"
+    after_marks: int = 0
+    #: ``busy``: the utilisation (a ratio, 0..1) the program's GPUs must stay at or above
+    busy_util: float = 0.5
+    #: a process opens a scheduled window only once it has used a GPU: set by :func:`execute`
+    #: when the sampler found this machine's GPUs (a replay's GPUs are not the program's)
+    gpu_only: bool = False
 
     def to_env(self) -> str:
         return contract.encode_profile(enabled=self.enabled, delay_s=self.delay_s, duration_s=self.duration_s,
-                                       windows=self.windows, interval_s=self.interval_s)
+                                       windows=self.windows, interval_s=self.interval_s, when=self.when,
+                                       after_marks=self.after_marks, gpu_only=self.gpu_only)
 
 
 @dataclass
@@ -173,11 +187,12 @@ def private_bootstrap(run_dir: Path) -> Path:
 
 
 def child_env(run_dir: Path, run_id: int, profile: ProfileConfig, bootstrap_dir: Path,
-              base: dict[str, str] | None = None) -> dict[str, str]:
+              base: dict[str, str] | None = None, command: list[str] | None = None) -> dict[str, str]:
     """The child's environment (:func:`gpuscope.run.contract.child_environment`) around the
-    run's private bootstrap folder (:func:`private_bootstrap`)."""
+    run's private bootstrap folder (:func:`private_bootstrap`); ``command`` is the program's."""
     return contract.child_environment(dict(os.environ if base is None else base), run_dir=str(run_dir),
-                                      run_id=run_id, profile=profile.to_env(), bootstrap_dir=str(bootstrap_dir))
+                                      run_id=run_id, profile=profile.to_env(), bootstrap_dir=str(bootstrap_dir),
+                                      command=tuple(command or ()))
 
 
 def default_run_name(command: list[str]) -> str:
@@ -254,8 +269,11 @@ def execute(opts: RunOptions, progress: Say | None = None) -> RunOutcome:
     from ..collectors import ProcessTree
     from ..pipeline import build_sampler, load_replay
     from ..sinks import LiveBuffer, StoreSink
+    from .busy import busy_notes, busy_sink
 
-    say = progress or (lambda msg: None)
+    # every line said while the program runs clears the status line first (_StatusLine)
+    line = _StatusLine(opts.status_line, progress or (lambda msg: None))
+    say = line.say
     _check_command(opts.command)
     if not (0 < opts.hz <= 100):
         raise ParameterError("hz", "{value} is outside 0 < hz <= 100", {"value": f"{opts.hz:g}"})
@@ -274,39 +292,40 @@ def execute(opts: RunOptions, progress: Say | None = None) -> RunOutcome:
     otel = _OtlpRun(opts, name) if opts.otlp is not None else None
     # The run exists from here (every input checked); the wrapper owns its lifecycle and its
     # store sink writes samples under it, nothing else.
-    run_id = _begin_run(opts.db, name, redact_command(opts.command), 1.0 / opts.hz)
-    sink = StoreSink(opts.db, run_id=run_id, source="run", final_status=None)
+    # A store that stays unavailable: the program runs anyway, its run kept in its run folder (pending).
+    run_id, pending = _begin_run(opts.db, name, redact_command(opts.command), 1.0 / opts.hz)
+    sink = StoreSink(opts.db, run_id=run_id, source="run", final_status=None) if pending is None else pending.sink
+    # --profile-when busy, and the GPU processes `gpuscope profile` asks
+    busy = busy_sink(opts.profile, say, replay=opts.replay is not None)
     # the command's process tree: the processes watched, and measured in the host row
-    sampler = build_sampler([sink, live] + ([otel.state] if otel else []), interval_s=1.0 / opts.hz, replay=replay,
-                            watch=tree, host_tree=tree, on_degradation=degraded.append)
+    sampler = build_sampler([sink, live, busy] + ([otel.state] if otel else []), interval_s=1.0 / opts.hz,
+                            replay=replay, watch=tree, host_tree=tree, on_degradation=degraded.append)
     try:
         sampler.start()
     except BaseException:
-        _abandon_run(opts.db, run_id)
+        _abandon_run(opts.db, run_id, pending)
         raise
     root = _runs_root(opts.db)
     try:
-        run_dir = _new_run_dir(_checked_runs_root(opts.db, create=True), f"{run_id}-{name}")
+        run_dir = pending.run_dir if pending else _new_run_dir(_checked_runs_root(opts.db, create=True), f"{run_id}-{name}")
         boot = private_bootstrap(run_dir)
     except Exception as exc:  # the program never started: the run is closed as failed, not left recording
         sampler.stop()
         try:
-            _finish(opts.db, run_id, "failed", None, time.time_ns(), sampler.stats.started_ns)
-        except GpuscopeError:  # the store's disk is full too: the run reads as incomplete once we are gone
+            _finish(opts.db, run_id, "failed", None, time.time_ns(), sampler.stats.started_ns, pending=pending)
+        except (GpuscopeError, OSError):  # the store's disk is full too: the run reads as incomplete once we are gone
             pass
         reason = store.write_failure_reason(exc) if isinstance(exc, OSError) else None
         if reason is not None:  # the disk beside the store filled up: one line, not an internal error
             raise GpuscopeError(f"{root}: cannot prepare the run's folder ({reason}); the program was not "
                                 "started") from None
         raise
+    # a replay's GPUs are not the program's: on them it does no GPU work, and would get no window
+    opts.profile.gpu_only = opts.replay is None and any(d.kind != "host" for d in sampler.devices)
+    busy.attach(run_dir)
     started_ns = time.time_ns()
-    _recording_started(opts.db, run_id, sampler, run_dir, opts.profile)
-    if opts.model is not None:
-        from ..store import runs as store_runs
-
-        with _writing(opts.db) as con:
-            store_runs.set_model(con, run_id, opts.model[0].to_json(), opts.model[1])
-    env = child_env(run_dir, run_id, opts.profile, bootstrap_dir=boot)
+    late = _recording_started(opts.db, run_id, sampler, run_dir, opts.profile, pending, opts.model)
+    env = child_env(run_dir, run_id, opts.profile, bootstrap_dir=boot, command=opts.command)
     child_stdout = _stderr_fd() if opts.child_stdout_to_stderr else None
     try:
         # The child keeps the user's umask: gpuscope's own files are owner-only, the program's are its business.
@@ -317,19 +336,34 @@ def execute(opts: RunOptions, progress: Say | None = None) -> RunOutcome:
                                      stdout=child_stdout)
     except OSError as exc:
         sampler.stop()
-        _finish(opts.db, run_id, "failed", None, time.time_ns())
+        _finish(opts.db, run_id, "failed", None, time.time_ns(), pending=pending)
         raise InputError(shown_program(opts.command[0]), f"cannot start: {exc.strerror or exc}") from None
     tree.roots = (child.pid,)
     previous: dict[int, Any] = {}
     stops: list[tuple[int, int]] = []  # (signal, ns) passed on to the child
     child_done = threading.Event()
+    # Once the program is found to ignore the signal passed on: what each further one sends
+    # instead (a program that merely takes long to exit, writing its window, is left alone).
+    ladder: list[signal.Signals] = []
+    watchers: list[threading.Timer] = []
+
+    def check_ignored(signum: int) -> None:
+        """(A timer thread, IGNORED_SIGNAL_WAIT_S after ``signum`` was passed on.)"""
+        if child_done.is_set() or not ignores_signal(child.pid, signum):
+            return
+        ladder[:] = [signal.SIGKILL] if signum == signal.SIGTERM else [signal.SIGTERM, signal.SIGKILL]
+        say(f"the program ignores {signal.Signals(signum).name}; press Ctrl-C again to send {ladder[0].name}")
 
     def forward(signum: int, frame: Any) -> None:
         if child_done.is_set():
             # the child is gone and the run is being stored: a second Ctrl-C must not lose it
             say("storing the run; it ends when the run is stored")
             return
-        if not stops:
+        if ladder:
+            signum = ladder.pop(0)
+            say(f"{signum.name} sent to the program's process group"
+                + (f"; press Ctrl-C again to send {ladder[0].name}" if ladder else ""))
+        elif not stops:
             # Tell the bootstrap that exit has begun before the child hears of it: no profiler
             # window opens from now on (an open one is closed and written at exit).
             try:
@@ -338,6 +372,10 @@ def execute(opts: RunOptions, progress: Say | None = None) -> RunOutcome:
                 pass
             say(f"{signal.Signals(signum).name} passed on to the program; waiting for it to exit"
                 " (an open profiler window is written first)")
+            watcher = threading.Timer(IGNORED_SIGNAL_WAIT_S, check_ignored, (signum,))
+            watcher.daemon = True
+            watcher.start()
+            watchers.append(watcher)
         stops.append((signum, time.time_ns()))
         try:
             os.killpg(child.pid, signum)
@@ -350,17 +388,21 @@ def execute(opts: RunOptions, progress: Say | None = None) -> RunOutcome:
             previous[sig] = signal.signal(sig, forward)
     try:
         try:
-            code = _wait(child, sampler, live, started_ns, opts.status_line)
+            code = _wait(child, sampler, live, started_ns, opts.status_line, line)
         finally:
             child_done.set()
+            for watcher in watchers:
+                watcher.cancel()
         ended_ns = time.time_ns()
-        outcome = _store(opts, say, sampler, sink, degraded, run_id, run_dir, code, started_ns, ended_ns, stops)
+        outcome = _store(opts, say, sampler, sink, degraded, run_id, run_dir, code, started_ns, ended_ns, stops,
+                         pending, late)
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
     summary = outcome.summary
+    summary.profiler.notes.extend(busy_notes(busy, run_dir, sampler.stats.started_ns))
     if opts.analyze and summary.store_error is None:
-        summary.analysis, summary.telemetry = _analyze(opts.db, run_id, opts.tokens, opts.model)
+        summary.analysis, summary.telemetry = _analyze(opts.db, outcome.run_id, opts.tokens, opts.model)
         if opts.replay is None:  # replayed GPUs are not the ones the program ran on
             note = window_missed_gpu_note(opts.profile, summary)
             if note:
@@ -411,29 +453,12 @@ class _OtlpRun:
         return doc
 
 
-def window_missed_gpu_note(profile: ProfileConfig, summary: RunSummary | Mapping[str, Any]) -> str | None:
-    """A sentence when the traces hold no GPU kernel while the machine's GPUs were sampled: the
-    window opened where the program did no GPU work yet (a model still loading on the CPU, as the
-    README's command did on an H100 machine whose model took longer than the delay to build),
-    and the analysis alone would only say that the trace is CPU-only."""
-    if isinstance(summary, RunSummary):  # (or its document's keys)
-        summary = {"analysis": summary.analysis, "telemetry": summary.telemetry, "traces": summary.traces,
-                   "windows": summary.windows}
-    analysis = summary.get("analysis") or {}
-    gpus = (summary.get("telemetry") or {}).get("gpus") or []
-    if not summary.get("traces") or analysis.get("gpu_activity", True) or not gpus:
-        return None
-    n = len(summary.get("windows") or []) or 1
-    end = profile.delay_s + profile.duration_s
-    return (f"the profiler window{'s' if n > 1 else ''} recorded no GPU kernel, yet {len(gpus)} GPU(s) were "
-            f"sampled: the window ({profile.delay_s:g}-{end:g} s after the program imported torch) came while "
-            "it did no GPU work (still loading its model, say); open it later with --profile-delay, or add "
-            "windows with --profile-windows")
-
-
-def _store(opts: RunOptions, say: Say, sampler: Sampler, sink: StoreSink, degraded: list[Any], run_id: int, run_dir: Path,
-           code: int, started_ns: int, ended_ns: int, stops: list[tuple[int, int]]) -> RunOutcome:
-    """Stop the sampler, ingest the traces, store windows and marks, and close the run."""
+def _store(opts: RunOptions, say: Say, sampler: Sampler, sink: StoreSink | RunDirSink, degraded: list[Any], run_id: int,
+           run_dir: Path, code: int, started_ns: int, ended_ns: int, stops: list[tuple[int, int]],
+           pending: PendingRun | None = None, late: list[Callable[[], None]] | None = None) -> RunOutcome:
+    """Stop the sampler, ingest the traces, store windows and marks, and close the run. A
+    ``pending`` run (the store was unavailable) is finished in its run folder, then stored from
+    there if the store takes it now; ``late``: the writes the store refused at the start."""
     from .. import store
 
     stats = sampler.stop()
@@ -449,11 +474,17 @@ def _store(opts: RunOptions, say: Say, sampler: Sampler, sink: StoreSink, degrad
     traces = sorted(p for p in (run_dir / contract.TRACES_DIR).rglob("*")
                     if p.is_file() and p.name.endswith(contract.TRACE_SUFFIXES))
     ingest_error = None
-    if traces:
+    ingested: list[dict[str, Any]] | None = None  # per trace: path, events (the engines' notes)
+    empty_traces: list[str] = []  # valid traces that recorded nothing: not an ingest failure
+    if traces and pending is None:  # (a pending run's traces go in with it: _store_pending)
         from .. import ingest
 
         try:
-            ingest.ingest(opts.db, traces, into_run=run_id)
+            ingested = ingest.ingest(opts.db, traces, into_run=run_id).files
+        except ingest.NoActivityError:
+            empty_traces = [str(p) for p in traces]
+            say(f"the profiler window{'s' if len(traces) > 1 else ''} recorded no activity (the program ran no ops "
+                "while it was open): no trace to ingest")
         except (InputError, GpuscopeError) as exc:
             ingest_error = str(exc)
             say(f"could not ingest the traces: {exc}")
@@ -464,8 +495,10 @@ def _store(opts: RunOptions, say: Say, sampler: Sampler, sink: StoreSink, degrad
     # read complete without saying what it lacks)
     notes = [sink.missing_note] if sink.missing_note else []
     try:
+        for write in late or ():  # what the store refused at the start (held past the wait): the run's info, model
+            write()
         _finish(opts.db, run_id, "complete", code, ended_ns, started_ns, _annotation_rows(windows, marks),
-                notes=notes)
+                notes=notes, pending=pending)
     except GpuscopeError as exc:
         # The store refused the run's end (its disk full, made read-only): the program ran, and
         # its exit code is still gpuscope's. The run keeps what was written; it stays
@@ -474,6 +507,11 @@ def _store(opts: RunOptions, say: Say, sampler: Sampler, sink: StoreSink, degrad
         store_error = f"{opts.db}: the run's end could not be stored ({reason}); it shows as incomplete" \
             if reason else str(exc)
         print(f"gpuscope run: {store_error}", file=sys.stderr, flush=True)
+    if pending is not None or store_error is None:  # a pending run stored now, and the pending runs of others
+        from .pending import store_after_run
+
+        run_id, store_error, ingest_error = store_after_run(opts.db, say, run_id, run_dir, pending, store_error,
+                                                            ingest_error, STORE_WAIT_AT_END_S)
     events = _read_jsonl(run_dir / contract.EVENTS_FILE)
     summary = RunSummary(
         run_id=run_id, exit_code=code, run_dir=str(run_dir), sampler=stats.to_dict(),
@@ -481,7 +519,12 @@ def _store(opts: RunOptions, say: Say, sampler: Sampler, sink: StoreSink, degrad
         marks=len(marks), ingest_error=ingest_error, store_error=store_error,
         interrupted=Interruption(signal.Signals(stops[0][0]).name, stops[0][1]) if stops else None,
         profiler=ProfilerSummary(opts.profile.enabled, profiler_notes(opts.profile, events, windows, len(traces),
-                                                                      started_ns, stops[0][1] if stops else None)))
+                                                                      started_ns, stops[0][1] if stops else None,
+                                                                      empty_traces=empty_traces)))
+    # the engines' own profilers (vLLM, SGLang): what they wrote, who held each process's session
+    from .engines import engine_trace_notes
+
+    summary.profiler.notes.extend(engine_trace_notes(opts.command, traces, windows, events, ingested))
     return RunOutcome(run_id, code, run_dir, summary, marks=marks)
 
 
@@ -492,76 +535,63 @@ def _stderr_fd() -> int:
         return 2
 
 
-def profiler_notes(profile: ProfileConfig, events: list[dict[str, Any]], windows: list[dict[str, Any]],
-                   traces: int, started_ns: int, stopped_ns: int | None) -> list[str]:
-    """What happened to the profiler windows, in sentences, when it is not simply "each
-    window was written": profiling off, a program that never imported torch, a process that
-    ended or was interrupted before its window was due, a window opened and never written."""
-    if not profile.enabled:
-        return ["profiling off (--no-profile or --profile-windows 0): telemetry only, no trace"]
-    armed = {e.get("pid"): e for e in events if e.get("event") == "armed"}
-    by_kind: dict[str, dict[Any, dict[str, Any]]] = {}
-    for e in events:
-        by_kind.setdefault(str(e.get("event")), {}).setdefault(e.get("pid"), e)
-    opened = [e for e in events if e.get("event") == "window_open"]
-    discarded = {e.get("path") for e in events if e.get("event") == "window_discarded"}
-    written_paths = {w.get("path") for w in windows}
-
-    def after(ns: Any, since: int) -> str:
-        return f"{max(((ns if isinstance(ns, int) else since) - since) / 1e9, 0.0):.1f} s"
-
-    notes: list[str] = []
-    if not armed:
-        if traces:
-            return []  # traces the program wrote itself (gpuscope.profile, vLLM's profiler)
-        if stopped_ns is not None:
-            notes.append(f"no profiler window: interrupted {after(stopped_ns, started_ns)} after the start, before "
-                         "the program imported torch (windows open in Python processes once they import torch)")
-        else:
-            notes.append("no profiler window: the program never imported torch (windows open in Python processes "
-                         "once they import torch)")
-        return notes
-    opened_pids = {e.get("pid") for e in opened if e.get("path") not in discarded}
-    ended_early = []
-    for pid, e in armed.items():
-        if pid in opened_pids:
-            continue
-        armed_ts = e.get("ts_ns")
-        armed_ns: int = armed_ts if isinstance(armed_ts, int) else started_ns
-        exit_ns = (by_kind.get("exit", {}).get(pid) or {}).get("ts_ns")
-        if stopped_ns is not None and (not isinstance(exit_ns, int) or stopped_ns <= exit_ns):
-            if pid in by_kind.get("window_discarded", {}):
-                due = ", while its window was starting (dropped, nothing recorded)"
-            elif stopped_ns < armed_ns + int(profile.delay_s * 1e9):
-                due = f", before its window was due (--profile-delay {profile.delay_s:g} s)"
-            else:
-                due = ""
-            notes.append(f"pid {pid}: no profiler window: interrupted {after(stopped_ns, armed_ns)} after it imported "
-                         f"torch{due}")
-        elif isinstance(exit_ns, int) and exit_ns < armed_ns + int(profile.delay_s * 1e9):
-            ended_early.append(pid)
-        else:
-            notes.append(f"pid {pid}: no profiler window opened (its gpuscope[{pid}] lines on stderr say why)")
-    if ended_early:
-        who = f"pid {ended_early[0]}" if len(ended_early) == 1 else f"{len(ended_early)} processes"
-        notes.append(f"{who}: no profiler window: ended within --profile-delay ({profile.delay_s:g} s) of importing "
-                     "torch, before the window was due")
-    for e in opened:
-        if e.get("path") not in written_paths and e.get("path") not in discarded:
-            notes.append(f"pid {e.get('pid')}: the profiler window opened {after(e.get('ts_ns'), started_ns)} into the "
-                         "run was never written (the process ended without closing it: killed?)")
-    return notes
-
-
 #: Seconds between two updates of the status line.
 STATUS_INTERVAL_S = 0.5
 
 
-def _wait(child: subprocess.Popen[Any], sampler: Sampler, live: LiveBuffer, started_ns: int, status_line: bool) -> int:
+class _StatusLine:
+    """The status line on a terminal's stderr, and the one way gpuscope says something while
+    the program runs: :meth:`say` clears the line first, so that a message (the forwarding
+    handler's, a warning from another thread) starts at the line's beginning instead of being
+    glued to the status (``... 91 samples^Cgpuscope run: SIGINT passed on``); the next update
+    draws the status again below it."""
+
+    def __init__(self, enabled: bool, say: Say) -> None:
+        self.enabled = enabled
+        self._say = say
+        self.shown = False
+        # Re-entrant: a signal handler runs on the main thread between two bytecodes, possibly
+        # while the main thread is inside draw(); another thread (the ignored-signal warning)
+        # waits until the line is complete.
+        self._lock = threading.RLock()
+
+    def draw(self, text: str) -> None:
+        """Show ``text`` (already visible: :func:`_status`) as the status line."""
+        with self._lock:
+            # set before the write: a handler that runs right after it must clear the line
+            self.shown = True
+            # gpuscope's own sequences (back to the line's start, erase to its end) go past the
+            # CLI's VisibleStream
+            err = raw_stream(sys.stderr)
+            err.write("\r" + text + "\x1b[K")
+            err.flush()
+
+    def clear(self) -> None:
+        """Erase the status line if it is shown."""
+        with self._lock:
+            if self.shown:
+                self.shown = False
+                err = raw_stream(sys.stderr)
+                err.write("\r\x1b[K")
+                err.flush()
+
+    def say(self, msg: str) -> None:
+        """Say ``msg`` (a progress line) on a line of its own."""
+        with self._lock:
+            self.clear()
+            self._say(msg)
+
+
+def _wait(child: subprocess.Popen[Any], sampler: Sampler, live: LiveBuffer, started_ns: int, status_line: bool,
+          line: _StatusLine | None = None) -> int:
     """Wait for the child without waking up more than the status line needs: ``Popen.wait``
     with a timeout polls every 50 ms (about 50 wake-ups a second, in a loop of 0.25 s
     timeouts), and on a machine whose cores the program keeps busy each wake-up preempts one
-    of its threads. Signals still reach the forwarding handlers: both waits are interruptible."""
+    of its threads. Signals still reach the forwarding handlers: both waits are interruptible.
+    ``line``: the status line the run's messages share (:class:`_StatusLine`; one of its own
+    when not given)."""
+    if line is None:
+        line = _StatusLine(status_line, lambda msg: None)
     if not status_line:
         code = child.wait()  # blocked in waitpid
     else:
@@ -574,17 +604,37 @@ def _wait(child: subprocess.Popen[Any], sampler: Sampler, live: LiveBuffer, star
                 done.set()
 
         threading.Thread(target=reap, name="gpuscope-wait", daemon=True).start()
-        # gpuscope's own sequences (back to the line's start, erase to its end) go past the CLI's
-        # VisibleStream; the device keys in the status are shown visible (_status)
-        err = raw_stream(sys.stderr)
         while not done.wait(STATUS_INTERVAL_S):
-            err.write("\r" + _status(sampler, live, started_ns) + "\x1b[K")
-            err.flush()
-        err.write("\r\x1b[K")
-        err.flush()
+            line.draw(_status(sampler, live, started_ns))
+        line.clear()
         code = child.wait()  # already reaped: returns its exit status
     # A child killed by a signal: the shell convention 128 + signal number.
     return code if code >= 0 else 128 - code
+
+
+#: Seconds after the first signal passed on to the program before gpuscope checks whether the
+#: program ignores it (a background job of a script starts with SIGINT ignored, and would never
+#: stop on Ctrl-C): then it says so, and what a further Ctrl-C sends.
+IGNORED_SIGNAL_WAIT_S = 5.0
+
+
+def ignores_signal(pid: int, signum: int) -> bool:
+    """Whether the live process ``pid`` has ``signum``'s disposition set to ignore (its
+    ``SigIgn`` mask in ``/proc/PID/status``, Linux). False where that cannot be read (another
+    system, a process gone or a zombie): a program that handles the signal itself and goes on
+    is not "ignoring" it (it may be writing a profiler window, or shutting down)."""
+    try:
+        text = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return False
+    fields = dict(ln.split(":", 1) for ln in text.splitlines() if ":" in ln)
+    if fields.get("State", "").strip().startswith(("Z", "X")):
+        return False
+    try:
+        mask = int(fields.get("SigIgn", "0").strip(), 16)
+    except ValueError:
+        return False
+    return bool(mask >> (signum - 1) & 1)
 
 
 def _status(sampler: Sampler, live: LiveBuffer, started_ns: int) -> str:
@@ -633,65 +683,95 @@ def _writing(db: Path) -> Iterator[Any]:
 
 # -- the run's lifecycle: the wrapper is its one orchestrator, through gpuscope.store.runs ------
 
-def _begin_run(db: Path, name: str, command: str | None, interval_s: float) -> int:
+#: How long ``gpuscope run`` waits for a store another process holds (creating, migrating or
+#: writing it) before it records the run into its run folder instead.
+STORE_WAIT_S = 10.0
+#: How long a run kept in its run folder waits for the store at its end (it can be stored later).
+STORE_WAIT_AT_END_S = 2.0
+
+
+def _begin_run(db: Path, name: str, command: str | None, interval_s: float) -> tuple[int, PendingRun | None]:
     """Create the run, ``recording``, owned by this process (a run whose owner is gone reads
-    ``incomplete``); its id. Its start is the sampler's (:func:`_recording_started`)."""
+    ``incomplete``): its id, and None. Its start is the sampler's (:func:`_recording_started`).
+
+    A store that stays unavailable (held by another process past :data:`STORE_WAIT_S`, or one
+    that cannot be opened or created) does not stop the program: the run is recorded into a
+    pending run folder (:class:`~gpuscope.run.pending.PendingRun`), said in one line, and
+    ``(0, the pending run)`` returned. A store that cannot be written at all (read-only) or a
+    disk too full for it is refused as before: bad input, or a failure, before the program starts."""
+    from ..errors import StoreError, StoreReadOnlyError
     from ..machine import hostname
     from ..store.sampled_run import SampledRun
+    from .pending import PendingRun, pending_dir_name
 
-    return SampledRun.begin(db, name=name, source="run", command=command, interval_s=interval_s,
-                            host=hostname()).run_id
+    try:
+        return SampledRun.begin(db, name=name, source="run", command=command, interval_s=interval_s,
+                                host=hostname(), retry_s=STORE_WAIT_S).run_id, None
+    except StoreReadOnlyError:
+        raise
+    except StoreError as exc:
+        return 0, PendingRun.fall_back(lambda: _new_run_dir(_checked_runs_root(db, create=True), pending_dir_name(name)),
+                                       name, command, interval_s, hostname(), exc)
 
 
-def _recording_started(db: Path, run_id: int, sampler: Sampler, run_dir: Path, profile: ProfileConfig) -> None:
+def _recording_started(db: Path, run_id: int, sampler: Sampler, run_dir: Path, profile: ProfileConfig,
+                       pending: PendingRun | None = None,
+                       model: tuple[Any, str] | None = None) -> list[Callable[[], None]]:
     """Add what is known once the sampler runs and the run directory exists: the sampler's
-    start, each vendor's status, the run directory and the profiler settings."""
+    start, each vendor's status, the run directory, the profiler settings and the model. A
+    store held past the wait here does not keep the program from starting: the write is
+    returned, for :func:`_store` to do with the run's end."""
     from ..store.run_info import RunInfo
     from ..store.sampled_run import SampledRun
+    from .pending import say_always
 
-    SampledRun(db, run_id).started(sampler.stats.started_ns, [v.to_dict() for v in sampler.vendors],
-                                   RunInfo(run_dir=str(run_dir), profile=json.loads(profile.to_env())))
+    vendors, settings = [v.to_dict() for v in sampler.vendors], json.loads(profile.to_env())
+    if pending is not None:
+        pending.started(sampler.stats.started_ns, vendors, settings, model)
+        return []
+
+    def write() -> None:
+        SampledRun(db, run_id).started(sampler.stats.started_ns, vendors, RunInfo(run_dir=str(run_dir), profile=settings))
+        if model is not None:
+            from ..store import runs as store_runs
+
+            with _writing(db) as con:
+                store_runs.set_model(con, run_id, model[0].to_json(), model[1])
+
+    try:
+        write()
+    except StoreBusyError as exc:
+        say_always(f"the store is busy ({exc}); the program starts anyway, and the run's details are stored with "
+                   "its end")
+        return [write]
+    return []
 
 
-def _abandon_run(db: Path, run_id: int) -> None:
+def _abandon_run(db: Path, run_id: int, pending: PendingRun | None = None) -> None:
     """The sampler did not start: the run is finished ``failed`` rather than left recording
     (a store that refuses even that leaves it to read ``incomplete`` once we are gone)."""
     try:
-        _finish(db, run_id, "failed", None, time.time_ns())
-    except GpuscopeError:
+        _finish(db, run_id, "failed", None, time.time_ns(), pending=pending)
+    except (GpuscopeError, OSError):
         pass
 
 
 def _finish(db: Path, run_id: int, status: str, code: int | None, ended_ns: int, started_ns: int | None = None,
-            annotations: list[AnnotationRow] | None = None, notes: list[str] | None = None) -> None:
+            annotations: list[AnnotationRow] | None = None, notes: list[str] | None = None,
+            pending: PendingRun | None = None) -> None:
     """Close the run (status, exit code, end) and store its annotations and ``notes`` (appended
-    to the run's info), in one transaction."""
+    to the run's info), in one transaction. A ``pending`` run is closed in its run folder (its
+    windows and marks are there already)."""
     from ..store.telemetry import insert_annotations
     from ..store import runs
 
+    if pending is not None:
+        pending.finish(status, code, ended_ns, started_ns, notes)
+        return
     with _writing(db) as con:
         if annotations:
             insert_annotations(con, run_id, annotations)
         runs.finish(con, run_id, status, ended_ns, exit_code=code, started_ns=started_ns, notes=notes or ())
-
-
-def _annotation_rows(windows: list[dict[str, Any]], marks: list[dict[str, Any]]) -> list[AnnotationRow]:
-    """``annotations`` rows for the profiler windows and the marks the child wrote."""
-    from ..store.read import AnnotationRow
-
-    rows: list[AnnotationRow] = []
-    for w in windows:
-        if isinstance(w.get("start_ns"), int) and isinstance(w.get("end_ns"), int):
-            rows.append(AnnotationRow(
-                kind="profiler_window", name=w.get("label") or "window", ts_ns=w["start_ns"],
-                dur_ns=w["end_ns"] - w["start_ns"], device_id=None, pid=str(w.get("pid")),
-                value={"path": w.get("path"), **{k: w[k] for k in ("open_ns", "written_ns") if isinstance(w.get(k), int)}}))
-    for m in marks:
-        if isinstance(m.get("ts_ns"), int):
-            value = {k: m[k] for k in ("tokens", "prompt_tokens", "phase", "step", "fields") if k in m}
-            rows.append(AnnotationRow(kind="mark", name=str(m.get("name")), ts_ns=m["ts_ns"], dur_ns=None,
-                                      device_id=None, pid=str(m.get("pid")), value=value))
-    return rows
 
 
 def _analyze(db: Path, run_id: int, tokens: int | None,

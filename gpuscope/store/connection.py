@@ -240,13 +240,26 @@ def open_attached(con: duckdb.DuckDBPyConnection, path: Path | str, alias: str =
             f"{path}: not a usable gpuscope store: {str(exc).splitlines()[0]}") from None
 
 
-def _create(path: Path) -> None:
+#: How long a writer waits for a store that another process holds (creating or migrating it,
+#: or writing): two ``gpuscope run`` started at once on a store that does not exist yet both
+#: create it, and one waits for the other (issue 30, point 3).
+CREATE_RETRY_S = 10.0
+
+
+def _create(path: Path, retry_s: float = CREATE_RETRY_S) -> None:
+    """Create (and migrate) the store at ``path``. Another process creating or migrating it at
+    the same moment holds the file's lock: waited for (``retry_s``), and a store it made
+    meanwhile is not made again."""
     from .._db import duckdb
 
-    _make_room(path)
     con = duckdb.connect(":memory:")
     try:
-        con.execute(attach_sql(path))
+        def attach() -> None:
+            if not _claim_empty_file(path):
+                raise _BeingCreated(path)
+            con.execute(attach_sql(path))
+
+        retry_while_locked(path, retry_s, attach)
         con.execute("USE store")
         migrate(con, str(path))
         con.execute("USE memory")
@@ -258,7 +271,43 @@ def _create(path: Path) -> None:
         con.close()
 
 
+def _claim_empty_file(path: Path) -> bool:
+    """Make room for a new store at ``path`` (:func:`_make_room`), unless what is there is an
+    empty file another process holds locked (DuckDB creating the store in it this very moment,
+    before its first block is written): False then, to wait for it instead of removing it."""
+    own, target = _target(path)
+    if own is not None and target is not None and target.st_size == 0 and stat.S_ISREG(own.st_mode):
+        try:
+            import fcntl
+        except ImportError:  # pragma: no cover - no POSIX locks here
+            fcntl = None  # type: ignore[assignment]
+        if fcntl is not None:
+            try:
+                fd = os.open(path, os.O_RDWR | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_NOFOLLOW", 0))
+            except OSError:
+                fd = -1
+            if fd >= 0:
+                try:
+                    # DuckDB locks its file with fcntl; a lock we can take is held by nobody
+                    fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                except OSError:
+                    return False
+                finally:
+                    # (releases the probe's lock; it would also release a lock this process held on
+                    # the file, but a process that is creating this store is not creating it again)
+                    os.close(fd)
+    _make_room(path)
+    return True
+
+
 _LOCK_RE = re.compile(r"Conflicting lock is held in (.*?) \(PID (\d+)\)")
+
+
+_IN_USE_HERE = "Unique file handle conflict"
+
+
+class _BeingCreated(Exception):
+    """An empty store file another process holds locked: DuckDB is creating the store in it."""
 
 
 def retry_while_locked(path: Path | str, retry_s: float, open_store: Callable[[], T]) -> T:
@@ -268,17 +317,31 @@ def retry_while_locked(path: Path | str, retry_s: float, open_store: Callable[[]
     from .._db import duckdb
 
     deadline = time.monotonic() + retry_s
+    pause_s = 0.02
     while True:
         try:
             return open_store()
-        except duckdb.IOException as exc:
+        except (duckdb.Error, _BeingCreated) as exc:
             msg = str(exc)
             m = _LOCK_RE.search(msg)
-            if m and time.monotonic() < deadline:
-                time.sleep(0.05)
+            # (in this process: a thread's connection has the file attached, as the store sink's
+            # flush does for a moment; DuckDB says so as a "Resource In Use" error)
+            here = _IN_USE_HERE in msg
+            if not isinstance(exc, (duckdb.IOException, _BeingCreated)) and not here:
+                raise
+            busy = m is not None or here or isinstance(exc, _BeingCreated)
+            if busy and time.monotonic() < deadline:
+                # backing off: a writer that holds the store for seconds (a migration, a large
+                # ingest's write) is not polled 20 times a second by every waiter
+                time.sleep(min(pause_s, max(0.0, deadline - time.monotonic())))
+                pause_s = min(pause_s * 2, 0.25)
                 continue
             if m:
                 raise StoreBusyError(f"{path}: the store is busy (held by {m.group(1)}, pid {m.group(2)})") from None
+            if here:
+                raise StoreBusyError(f"{path}: the store is busy (held by another connection of this process)") from None
+            if busy:
+                raise StoreBusyError(f"{path}: the store is busy (another process is creating it)") from None
             raise write_error(path, exc) or StoreError(
                 f"{path}: cannot open the store: {msg.splitlines()[0]}") from None
 
@@ -340,7 +403,7 @@ def connect(path: Path | str, read_only: bool = False, retry_s: float = 2.0) -> 
     if not read_only:
         check_writable(path)
     if not read_only and not store_exists(path):
-        _create(path)
+        _create(path, max(retry_s, CREATE_RETRY_S))
     try:
         con = retry_while_locked(path, retry_s, lambda: duckdb.connect(str(path), read_only=read_only))
     except duckdb.Error as exc:

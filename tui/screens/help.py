@@ -16,6 +16,7 @@ KEYS = (
     ("c", "mark the selected run for compare (two marked: compare opens)"),
     ("/", "filter the runs by typing"),
     ("s", "cycle the sort column"),
+    ("p", "open a profiler window now in the run shown, when it is recording (live: the newest such run)"),
 )
 
 

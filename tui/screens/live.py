@@ -22,6 +22,7 @@ from typing import Any
 
 from textual import on
 from textual.app import ComposeResult
+from textual.binding import Binding
 from textual.containers import VerticalScroll
 from textual.events import Resize
 from textual.message import Message
@@ -92,6 +93,8 @@ class SamplerFailed(Message, bubble=False):
 
 class LiveScreen(GpuscopeScreen):
     """Live telemetry of every GPU and the host."""
+
+    BINDINGS = [Binding("p", "profile_window", "profile now")]
 
     DEFAULT_CSS = """
     LiveScreen #live-status { height: auto; padding: 0 1; }
@@ -167,6 +170,12 @@ class LiveScreen(GpuscopeScreen):
             self.app.call_from_thread(fn, *args)
         except Exception:  # the app is gone: nothing to show it on
             pass
+
+    def action_profile_window(self) -> None:
+        """``p``: a profiler window now in the newest run that is recording (``gpuscope profile``)."""
+        from ..windows import start_window_request
+
+        start_window_request(self, None)
 
     def stop_sampler(self) -> None:
         """Stop the sampler (its threads end; the collectors are closed). Safe to call twice."""

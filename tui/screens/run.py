@@ -93,6 +93,20 @@ def devices_label(devices: list[dict[str, Any]]) -> str:
                      for (name, spec), keys in groups.items()) or "no GPU"
 
 
+def no_gpu_text(doc: dict[str, Any], profiling: bool | None) -> str:
+    """What the run screen says in place of the breakdown of a run without GPU activity: a
+    CPU-only trace, or no trace at all (telemetry only: ``gpuscope run --no-profile``, or a
+    program that never opened a window)."""
+    counts = doc.get("counts") or {}
+    if not counts.get("ops") and not counts.get("gpu_activities"):
+        # profiling None: a run that does not say (a monitor's recording)
+        why = ("" if profiling is None else "; profiling was off (--no-profile)" if not profiling
+               else "; no profiler window was written (`gpuscope run` said why)")
+        return f"No trace in this run: telemetry only{why}. There are no ops, kernels or roofline."
+    return ("No GPU activity in this run: the trace is CPU-only. The ops below carry their CPU time; there are no "
+            "kernels and no roofline.")
+
+
 class RunRead(Message, bubble=False):
     """The run screen's worker read ``run_id`` (None: the newest run) for read number ``seq``:
     ``detail`` (:func:`tui.data.run_detail`) when it worked, else ``problem``, the status line's
@@ -116,6 +130,7 @@ class RunScreen(GpuscopeScreen):
     BINDINGS = [
         Binding("escape", "back", "runs"),
         Binding("s", "cycle_sort", "sort"),
+        Binding("p", "profile_window", "profile now"),
     ]
 
     DEFAULT_CSS = """
@@ -246,8 +261,7 @@ class RunScreen(GpuscopeScreen):
         if gpu:
             breakdown.set_time(doc["time_us"])
         else:
-            nogpu.update("No GPU activity in this run: the trace is CPU-only. The ops below carry their CPU "
-                         "time; there are no kernels and no roofline.")
+            nogpu.update(no_gpu_text(doc, detail.get("profiling")))
         coverage = self.query_one("#run-coverage", Static)
         coverage.display = gpu
         # the share of GPU time judged against a roof, and the largest unjudged ops with why
@@ -389,3 +403,9 @@ class RunScreen(GpuscopeScreen):
 
     def action_back(self) -> None:
         self.app.switch_mode("runs")
+
+    def action_profile_window(self) -> None:
+        """``p``: a profiler window now in the run shown, when it is recording (``gpuscope profile``)."""
+        from ..windows import start_window_request
+
+        start_window_request(self, self.run_id if self.run_id is not None else self.app.run_id)
