@@ -262,6 +262,97 @@ def collective_of_kernel(name: str) -> str | None:
     return None
 
 
+#: Element sizes of the dtypes Kineto writes in a collective's ``dtype`` arg (c10's ScalarType
+#: names: ``BFloat16``, ``Float``, ``Half``, ``Long``, ...), lower-cased.
+_ARG_DTYPE_BYTES: dict[str, int] = {
+    "float": 4, "double": 8, "half": 2, "bfloat16": 2, "long": 8, "int": 4, "short": 2, "char": 1, "byte": 1,
+    "bool": 1, "complexfloat": 8, "complexdouble": 16, "complexhalf": 4, "float8_e4m3fn": 1, "float8_e5m2": 1,
+    "float8_e4m3fnuz": 1, "float8_e5m2fnuz": 1, "uint16": 2, "uint32": 4, "uint64": 8,
+}
+
+
+def collective_of_arg(name: Any) -> str | None:
+    """The collective a ``Collective name`` arg names (``_allgather_base`` -> all_gather,
+    ``allreduce_coalesced`` -> all_reduce, ``send`` -> send_recv), None when not one of ours."""
+    if not isinstance(name, str):
+        return None
+    low = re.sub(r"[^a-z]", "", name.lower())
+    for word, coll in (("allreduce", "all_reduce"), ("reducescatter", "reduce_scatter"),
+                       ("allgather", "all_gather"), ("alltoall", "all_to_all"), ("broadcast", "broadcast"),
+                       ("sendrecv", "send_recv"), ("send", "send_recv"), ("recv", "send_recv")):
+        if word in low:
+            return coll
+    return "reduce" if low in ("reduce", "reducebase") else None
+
+
+def _count(v: Any) -> int | None:
+    return v if isinstance(v, int) and not isinstance(v, bool) and v >= 0 else None
+
+
+def message_bytes_of_args(collective: str, args: dict[str, Any]) -> tuple[float, str] | None:
+    """(nccl-tests' size ``S`` in bytes, dtype) from a collective's args: all-gather its output
+    (``Out msg nelems``, the gathered whole), reduce-scatter and all-to-all their input, the
+    others their input (output where no input is recorded); None without a count or a known dtype."""
+    dtype = args.get("dtype")
+    size = _ARG_DTYPE_BYTES.get(str(dtype).strip().lower()) if isinstance(dtype, str) else None
+    if size is None:
+        size = _DTYPE_BYTES.get(str(dtype).strip().lower()) if isinstance(dtype, str) else None
+    inp, out = _count(args.get("in_nelems")), _count(args.get("out_nelems"))
+    n = (out if out is not None else None) if collective == "all_gather" else (inp if inp is not None else out)
+    if size is None or n is None:
+        return None
+    return float(n * size), str(dtype)
+
+
+def pg_sizes(metadata: Any) -> dict[str, int]:
+    """Process group name -> its size, from a trace header's ``distributedInfo.pg_config``."""
+    info = metadata.get("distributedInfo") if isinstance(metadata, dict) else None
+    out: dict[str, int] = {}
+    if isinstance(info, dict) and isinstance(info.get("pg_config"), list):
+        for pg in info["pg_config"]:
+            if isinstance(pg, dict) and pg.get("pg_name") is not None:
+                size = _count(pg.get("pg_size"))
+                if size is None and isinstance(pg.get("ranks"), list):
+                    size = len(pg["ranks"])
+                if size:
+                    out[str(pg["pg_name"])] = size
+    return out
+
+
+def complete_from_args(c: Collective, args: dict[str, Any] | None,
+                       groups: dict[str, int] | None = None) -> Collective:
+    """``c`` (:func:`describe`) with what it lacks taken from the collective's own args (the
+    kernel's ``comm_args``, else its ``record_param_comms`` op's): the collective from
+    ``Collective name``, the size from ``In/Out msg nelems`` and ``dtype``, the group from
+    ``Group size``, else the size of its ``Process Group Name`` in the trace's
+    ``distributedInfo.pg_config`` (``groups``). What the ops said is kept where they said it."""
+    if not args:
+        return c
+    coll, algo = c.collective, c.algorithm
+    if coll is None:
+        coll = collective_of_arg(args.get("collective"))
+        if coll is None:
+            return c
+    size, dtype = c.message_bytes, c.dtype
+    if size is None:
+        got = message_bytes_of_args(coll, args)
+        if got is not None:
+            size, dtype = got
+    n, n_source = c.group_size, c.group_size_source
+    if n is None:
+        g = _count(args.get("group_size"))
+        if g:
+            n, n_source = g, "collective args (Group size)"
+        elif groups and args.get("pg_name") is not None and str(args["pg_name"]) in groups:
+            n, n_source = groups[str(args["pg_name"])], "distributedInfo.pg_config"
+    missing = None
+    if size is None:
+        missing = c.missing if c.message_bytes is None and c.missing else "message size not recorded"
+    elif n is None:
+        missing = c.missing if c.message_bytes is not None and c.missing else "group size not recorded"
+    return Collective(coll, algo, size, n, n_source, dtype, missing)
+
+
 def describe(kernel: str, chain: list[tuple[str | None, Any, Any, Any]],
              tensor_parallel: int | None = None) -> Collective:
     """What one collective kernel ran, from its name and the ops around its launch.
@@ -415,7 +506,7 @@ def communication(con: duckdb.DuckDBPyConnection, run_id: int, links: dict[int, 
         SELECT k.name, k.device_id, o.name, o.input_dims, o.input_types, o.concrete_inputs,
                p.name, p.input_dims, p.input_types, p.concrete_inputs,
                g.name, g.input_dims, g.input_types, g.concrete_inputs,
-               count(*), sum(k.dur_ns) / 1e3
+               count(*), sum(k.dur_ns) / 1e3, k.trace_id, coalesce(k.comm_args, o.comm_args, p.comm_args)
         FROM (SELECT * FROM kernels WHERE run_id = $1{kept} AND {category} = 'communication') k
         LEFT JOIN ops o ON o.run_id = $1 AND o.op_id = k.op_id
         LEFT JOIN ops p ON p.run_id = $1 AND p.op_id = o.parent_op_id
@@ -424,12 +515,21 @@ def communication(con: duckdb.DuckDBPyConnection, run_id: int, links: dict[int, 
         """,
         [run_id],
     ).fetchall()
+    pgs = trace_pg_sizes(con, run_id)
     groups: dict[tuple[Any, ...], list[float]] = defaultdict(lambda: [0, 0.0])
     for r in rows:
         name, dev = r[0] or "", r[1]
         chain = [tuple(r[2:6]), tuple(r[6:10]), tuple(r[10:14])]
         c = describe(name, chain, tensor_parallel)
-        missing = c.missing if r[2] is not None else "kernel launched by no recorded op (its size and group are unknown)"
+        args = _loads(r[17])
+        if isinstance(args, dict) and (c.missing or r[2] is None):
+            # the op above says too little (a TensorList, no group) or there is none (a graph
+            # replay, a send/recv): the collective's own args fill in (issue 31)
+            c = complete_from_args(c, args, pgs.get(r[16]))
+            missing = c.missing if r[2] is not None or not c.missing else \
+                f"kernel launched by no recorded op, and its args lack a part ({c.missing})"
+        else:
+            missing = c.missing if r[2] is not None else "kernel launched by no recorded op (its size and group are unknown)"
         key = (name, dev, c.collective, c.algorithm, c.message_bytes, c.group_size, c.group_size_source, c.dtype,
                missing)
         groups[key][0] += int(r[14])
@@ -464,6 +564,17 @@ def communication(con: duckdb.DuckDBPyConnection, run_id: int, links: dict[int, 
             unjudged[(name, "model_error" if entry["model_error"] else "communication")] += us
         entries.append(entry)
     return {"entries": entries, "judged_us": judged_us, "total_us": total_us, "unjudged": dict(unjudged)}
+
+
+def trace_pg_sizes(con: duckdb.DuckDBPyConnection, run_id: int) -> dict[int, dict[str, int]]:
+    """Per trace of ``run_id``: process group name -> size, from the trace header's
+    ``distributedInfo.pg_config`` kept in ``traces.metadata`` (empty where it has none)."""
+    out: dict[int, dict[str, int]] = {}
+    for trace_id, meta in con.execute("SELECT trace_id, metadata FROM traces WHERE run_id = ?", [run_id]).fetchall():
+        sizes = pg_sizes(_loads(meta))
+        if sizes:
+            out[int(trace_id)] = sizes
+    return out
 
 
 def communication_block(result: dict[str, Any]) -> dict[str, Any]:

@@ -12,12 +12,15 @@ collective *instance* matched across ranks:
   the median start of the other ranks, averaged over its instances);
 - the **straggler**: the rank with the most ``caused_wait_us`` (the one everyone waits for).
 
-**Matching.** The store keeps neither the collective's process group nor its sequence number
-(ingest drops the kernels' ``Process Group Name`` / ``Ev Idx`` args), so an instance is keyed by
-what every rank's trace shows alike: the kernel name, the collective and its message size
-(:func:`gpuscope.analyzers.comm.describe`), and its order among that key's launches on the rank
-(the k-th such launch on each rank is one instance). Ranks with more launches of a key than the
-others leave the extra ones unmatched (counted).
+**Matching.** Where a collective's args (its kernel's ``comm_args``, else its
+``record_param_comms`` op's) record both its process group (``Process Group Name``) and its
+sequence number in that group (``Seq``), an instance is the launches with the same (process
+group, seq) on every rank: c10d numbers each group's collectives alike on all its ranks, so this
+is exact even when groups run the same kernel with the same size interleaved. Otherwise an
+instance is keyed by what every rank's trace shows alike: the kernel name, the collective and
+its message size (:func:`gpuscope.analyzers.comm.describe`), and its order among that key's
+launches on the rank (the k-th such launch on each rank is one instance). Ranks with more
+launches of a key than the others leave the extra ones unmatched (counted).
 
 **Clocks.** Ranks of one host share its clock. When the traces name different hosts
 (``hostname`` in the trace header or its ``distributedInfo``), each rank's clock is aligned to
@@ -104,14 +107,52 @@ def rank_units(con: duckdb.DuckDBPyConnection, run_id: int) -> tuple[dict[int, R
     return out, "; ".join(sorted(sources))
 
 
-def _match_key(k: CommKernel) -> tuple[Any, ...]:
+#: A launch's identity in :func:`comm_tags`: (device id, start ns, kernel name).
+TagKey = tuple[int, int, str]
+
+
+def _match_key(k: CommKernel, tags: dict[TagKey, tuple[str, int]] | None = None) -> tuple[Any, ...]:
+    tag = tags.get((k.device_id, k.start_ns, k.name)) if tags else None
+    if tag is not None:
+        return ("process group", tag[0], tag[1])
     return (k.name, k.collective, k.message_bytes)
 
 
+def comm_tags(con: duckdb.DuckDBPyConnection, run_id: int, kept: str = "") -> dict[TagKey, tuple[str, int]]:
+    """(process group name, sequence number) of each communication kernel of ``run_id`` whose
+    args (the kernel's ``comm_args``, else its op's or the op's parent's) record both, keyed by
+    (device id, start ns, kernel name)."""
+    from ..kernel_names import category_sql
+
+    rows = con.execute(
+        f"""
+        SELECT k.device_id, k.ts_ns, k.name, coalesce(k.comm_args, o.comm_args, p.comm_args)
+        FROM (SELECT * FROM kernels WHERE run_id = $1{kept} AND {category_sql()} = 'communication') k
+        LEFT JOIN ops o ON o.run_id = $1 AND o.op_id = k.op_id
+        LEFT JOIN ops p ON p.run_id = $1 AND p.op_id = o.parent_op_id
+        WHERE coalesce(k.comm_args, o.comm_args, p.comm_args) IS NOT NULL
+        """,
+        [run_id],
+    ).fetchall()
+    out: dict[TagKey, tuple[str, int]] = {}
+    for dev, ts, name, text in rows:
+        try:
+            args = json.loads(text)
+        except (TypeError, ValueError):
+            continue
+        if not isinstance(args, dict):
+            continue
+        pg, seq = args.get("pg_name"), args.get("seq")
+        if pg is not None and isinstance(seq, int) and not isinstance(seq, bool):
+            out[(int(dev), int(ts), name or "")] = (str(pg), seq)
+    return out
+
+
 def stragglers(devices: Sequence[DeviceKernels], units: dict[int, RankUnit], rank_source: str = "",
-               top: int = TOP) -> dict[str, Any] | None:
+               top: int = TOP, tags: dict[TagKey, tuple[str, int]] | None = None) -> dict[str, Any] | None:
     """The ``communication.stragglers`` block (docs/analysis.md), None with fewer than two ranks
-    holding collectives."""
+    holding collectives. ``tags`` (:func:`comm_tags`): launches whose (process group, seq) is
+    known are matched by it; the others by kernel, collective, size and order."""
     devs = [d for d in devices if d.comm]
     if len(devs) < 2:
         return None
@@ -122,7 +163,7 @@ def stragglers(devices: Sequence[DeviceKernels], units: dict[int, RankUnit], ran
     for d in order:
         by: dict[tuple[Any, ...], list[CommKernel]] = defaultdict(list)
         for k in sorted(d.comm, key=lambda k: (k.start_ns, k.end_ns)):
-            by[_match_key(k)].append(k)
+            by[_match_key(k, tags)].append(k)
         seqs[d.device_id] = by
     # instances: (key, index) -> {device: kernel}
     instances: list[tuple[tuple[Any, ...], int, dict[int, CommKernel]]] = []
@@ -182,7 +223,11 @@ def stragglers(devices: Sequence[DeviceKernels], units: dict[int, RankUnit], ran
         tied = [dv for dv, s in starts.items() if s == last]
         skews = {dv: (last - s) / 1e3 for dv, s in starts.items()}
         total = sum(skews.values())
-        desc = {"kernel": key[0], "collective": key[1], "bytes": key[2], "index": i}
+        first = next(iter(ks.values()))
+        desc: dict[str, Any] = {"kernel": first.name, "collective": first.collective, "bytes": first.message_bytes,
+                                "index": i}
+        if key[0] == "process group":
+            desc.update(process_group=key[1], seq=key[2])
         for dv, s in starts.items():
             count[dv] += 1
             wait[dv] += skews[dv]
@@ -196,6 +241,7 @@ def stragglers(devices: Sequence[DeviceKernels], units: dict[int, RankUnit], ran
         if total > 0:
             worst.append({**desc, "skew_us": (last - min(starts.values())) / 1e3, "wait_us": total,
                           "latest": ", ".join(label(t) for t in tied)})
+    by_pg = sum(1 for key, _, _ in instances if key[0] == "process group")
     ranks: list[dict[str, Any]] = []
     for d in order:
         dv = d.device_id
@@ -217,8 +263,11 @@ def stragglers(devices: Sequence[DeviceKernels], units: dict[int, RankUnit], ran
         "rank_source": rank_source,
         "instances": len(instances),
         "unmatched": unmatched,
-        "match": "kernel name, collective and message size, then order on each rank (the process group and "
-                 "sequence number are not in the store)",
+        "match": ("kernel name, collective and message size, then order on each rank (no process group and "
+                  "sequence number in the collectives' args)" if not by_pg else
+                  f"process group and sequence number (the collectives' args) for {by_pg} of {len(instances)} "
+                  "instances; the others by kernel name, collective and message size, then order on each rank"),
+        "matched_by_process_group": by_pg,
         "total_wait_us": sum(wait.values()),
         "straggler": straggler,
         "worst": sorted(worst, key=lambda x: (-x["wait_us"], str(x["kernel"]), x["index"]))[:top],
@@ -242,4 +291,4 @@ def add_communication_timing(con: duckdb.DuckDBPyConnection, run_id: int, doc: d
     exposed, devs = exposed_communication(con, run_id, kept, tensor_parallel)
     block["exposed"] = exposed
     units, source = rank_units(con, run_id)
-    block["stragglers"] = stragglers(devs, units, source)
+    block["stragglers"] = stragglers(devs, units, source, tags=comm_tags(con, run_id, kept))

@@ -251,6 +251,10 @@ def test_dcgm_names_write_integers_where_dcgm_does_and_the_released_host_label()
     assert got["DCGM_FI_PROF_SM_ACTIVE"][1] == 0.5 and got["DCGM_FI_PROF_PCIE_TX_BYTES"][1] == 1235
     # NVLink: (3e9 + 1e9) B/s = 3,906,250 KiB/s, / 1000 = 3906.25 -> 3906, typed counter as dcgm-exporter has it
     assert got["DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL"] == ("counter", 3906)
+    # the per-direction PROF rates: bytes/s as stored, INT64 gauges
+    assert got["DCGM_FI_PROF_NVLINK_TX_BYTES"] == ("gauge", 3_000_000_000)
+    assert got["DCGM_FI_PROF_NVLINK_RX_BYTES"] == ("gauge", 1_000_000_000)
+    assert type(got["DCGM_FI_PROF_NVLINK_TX_BYTES"][1]) is int
     assert "DCGM_FI_DEV_VGPU_LICENSE_STATUS" in NOT_GIVEN and "DCGM_FI_DEV_ENC_UTIL" not in NOT_GIVEN
     assert not {n for n in got} & set(NOT_GIVEN)
 

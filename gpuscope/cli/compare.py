@@ -11,7 +11,8 @@ HELP = "two runs side by side, op by op (e.g. H100 vs MI300X)"
 DESCRIPTION = (
     "Compare two runs: ops matched by name, input shapes and dtypes, with GPU time, bound class and percent of "
     "roof on each side and the ratio B/A; totals; ops found on one side only; time by op name and by kernel "
-    "family. RUN is a run id or name; a trace file or directory is ingested first."
+    "family; where a run has collectives, their time, bus bandwidth and percent of link roof per collective kind "
+    "and the exposed communication of each side. RUN is a run id or name; a trace file or directory is ingested first."
 )
 NEEDS_DB = True
 REPORTS = True
@@ -36,6 +37,7 @@ def run(args: argparse.Namespace) -> int:
     """Run the command; returns the exit code."""
     from .. import store
     from ..analyzers.breakdown import analyze_run
+    from ..analyzers.comm_compare import communication_timing, compare_communication
     from ..analyzers.compare import compare_docs
     from ..render.compare import render_compare
     from ..textsafe import visible
@@ -59,9 +61,15 @@ def run(args: argparse.Namespace) -> int:
                             context_tokens=args.context, model_source=source)
         doc_b = analyze_run(con, rb.id, roof=args.roof, gpu=args.gpu_b, specs_path=args.specs, model=model,
                             context_tokens=args.context, model_source=source)
+        # exposed communication as `analyze` computes it (issue 31): each side's collectives
+        communication_timing(con, ra.id, doc_a)
+        communication_timing(con, rb.id, doc_b)
     finally:
         con.close()
     doc: dict[str, Any] = compare_docs(doc_a, doc_b)
+    comm = compare_communication(doc_a, doc_b)
+    if comm is not None:  # only where a run has collectives: other comparisons stay as they were
+        doc["communication"] = comm
     if args.json:
         print_json(doc)
     else:

@@ -8,7 +8,9 @@ Perfetto UI and ``chrome://tracing`` open, in the shape Kineto writes, with what
 - CPU ops on their threads (``cpu_op``, Input Dims / Input type as Kineto has them, plus the
   op's bound class and percent of roof), the launches (``cuda_runtime``) and launch -> kernel
   flows (``ac2g``), so that ``gpuscope ingest`` (and Holistic Trace Analysis) read it back;
-- telemetry as counter tracks (``"ph": "C"``) per device, on the same time base;
+- telemetry as counter tracks (``"ph": "C"``) per device, on the same time base, and the
+  NVLink / XGMI byte rates as link utilization tracks (``gpu0 link_tx_util_pct``, ``..._rx_...``:
+  percent of the spec's scale-up bandwidth in that direction, :func:`link_bytes_per_s`);
 - profiler windows as slices and ``gpuscope.mark`` marks as instant events on a ``gpuscope``
   process.
 
@@ -148,6 +150,37 @@ def _register_analysis(cur: Any, doc: dict[str, Any]) -> None:
         "bytes_per_s": pa.array([_f(o.get("achieved_bytes_per_s")) for o in ops], pa.float64()),
         "pct_of_roof": pa.array([_f(o.get("pct_of_roof")) for o in ops], pa.float64()),
     }))
+    ids, bws = [], []
+    for d in doc.get("devices") or []:
+        bw = link_bytes_per_s(d.get("spec"))
+        if bw is not None and d.get("device_id") is not None:
+            ids.append(int(d["device_id"]))
+            bws.append(bw)
+    cur.register("_lk", pa.table({"device_id": pa.array(ids, pa.int32()),
+                                  "link_bytes_per_s": pa.array(bws, pa.float64())}))
+
+
+def link_bytes_per_s(spec_key: str | None) -> float | None:
+    """The GPU-GPU link bandwidth the link utilization tracks divide by: every scale-up link of
+    the GPU together, bytes/s in ONE direction (the NVLink / XGMI byte counters are summed over
+    every link, one direction each), from the spec database (``scaleup_bytes_per_s``, else
+    links x per-link). None where the entry does not say, for a PCIe-only card (its peer traffic
+    is not on these counters) or for an unknown ``spec_key``."""
+    if not spec_key:
+        return None
+    from ..specs import load_specs
+
+    try:
+        spec = load_specs().get(spec_key)
+    except Exception:  # an entry that no longer exists: no track rather than a failed export
+        return None
+    if spec is None or spec.scaleup_link in (None, "pcie"):
+        return None
+    if spec.scaleup_bytes_per_s:
+        return float(spec.scaleup_bytes_per_s)
+    if spec.scaleup_links and spec.scaleup_link_bytes_per_s:
+        return float(spec.scaleup_links * spec.scaleup_link_bytes_per_s)
+    return None
 
 
 def _f(v: Any) -> float | None:

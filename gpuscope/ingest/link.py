@@ -57,7 +57,7 @@ INSERT INTO rt SELECT trace_id, correlation, launch_name, ts_ns, dur_ns, ext_id,
 CREATE TEMP TABLE op_stage AS
 SELECT row_number() OVER (ORDER BY trace_id, ts_ns, dur_ns DESC, part, pos) - 1 AS op_id,
        trace_id, pid, tid, name, ts_ns, dur_ns, ext_id AS external_id, sequence_number,
-       input_dims, input_types, input_strides, concrete_inputs
+       input_dims, input_types, input_strides, concrete_inputs, comm_args
 FROM {op_ev};
 """
 
@@ -127,7 +127,8 @@ SELECT g.trace_id, g.dev_label, g.device_index, g.stream, g.kind,
        g.occupancy_pct / 100.0 AS occupancy, g.bytes,
        CASE WHEN r.name ILIKE '%GraphLaunch%' THEN 'graph_replay'
             WHEN coalesce(l.op_id, CASE WHEN r.correlation IS NULL THEN o.op_id END) IS NOT NULL
-            THEN 'launch' END AS attribution
+            THEN 'launch' END AS attribution,
+       g.comm_args
 FROM gpu g
 LEFT JOIN rt r ON r.trace_id = g.trace_id AND r.correlation = g.correlation
 LEFT JOIN rt_link l ON l.trace_id = g.trace_id AND l.correlation = g.correlation

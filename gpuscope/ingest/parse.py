@@ -51,12 +51,44 @@ _FIELDS: tuple[tuple[str, str, str], ...] = (
     ("sequence_number", "args.Sequence number", "TRY_CAST({x} AS BIGINT)"),
     ("launch_kernel", "args.kernel", "{x}"),
 )
+#: What Kineto writes about a collective on its NCCL/RCCL kernel and its ``record_param_comms``
+#: op (PyTorch's ParamCommsDebugInfo): kept together as one JSON object, ``comm_args`` (the keys
+#: below; absent args are null), so that collectives with no op above them (graph replays, the
+#: send/recv kernels) or whose op lacks sizes (a TensorList) can still be judged (issue 31).
+#: ``Seq`` and ``seq`` are both spellings seen: DuckDB's typed reader matches keys by case and
+#: cannot hold both (struct field names are case-insensitive), so it reads ``Seq``; the lenient
+#: reader (a trace the typed one refuses) reads each.
+_COMM_FIELDS: tuple[tuple[str, str, str], ...] = (
+    ("c_collective", "args.Collective name", "{x}"),
+    ("c_in_nelems", "args.In msg nelems", "TRY_CAST({x} AS BIGINT)"),
+    ("c_out_nelems", "args.Out msg nelems", "TRY_CAST({x} AS BIGINT)"),
+    ("c_dtype", "args.dtype", "{x}"),
+    ("c_group_size", "args.Group size", "TRY_CAST({x} AS BIGINT)"),
+    ("c_pg_name", "args.Process Group Name", "{x}"),
+    ("c_pg_ranks", "args.Process Group Ranks", "{x}"),
+    ("c_seq_a", "args.Seq", "TRY_CAST({x} AS BIGINT)"),
+    ("c_seq_b", "args.seq", "TRY_CAST({x} AS BIGINT)"),
+)
+#: The keys of ``comm_args`` (kernels.comm_args, ops.comm_args), in the order of :data:`_COMM_FIELDS`.
+COMM_ARG_KEYS = ("collective", "in_nelems", "out_nelems", "dtype", "group_size", "pg_name", "pg_ranks", "seq")
+_COMM_NAMES = tuple(f[0] for f in _COMM_FIELDS)
+_FIELDS = _FIELDS + _COMM_FIELDS
 _FIELD_NAMES = tuple(f[0] for f in _FIELDS)
 #: The parsed fields as the staging table ``ev`` keeps them (the two spellings of External id
 #: are one column there; times are ``ts_ns`` / ``dur_ns``).
 _EV_COLUMNS = tuple(
-    "ext_id" if n == "ext_a" else n for n in _FIELD_NAMES if n not in ("ext_b", "ts_us", "dur_us")
-)
+    "ext_id" if n == "ext_a" else n for n in _FIELD_NAMES if n not in ("ext_b", "ts_us", "dur_us", *_COMM_NAMES)
+) + ("comm_args",)
+
+
+def _comm_args_sql() -> str:
+    """The ``comm_args`` JSON text of an event from its collective args, NULL when it has none."""
+    from .._db import sql_literal
+
+    values = [*_COMM_NAMES[:-2], "coalesce(c_seq_a, c_seq_b)"]
+    pairs = ", ".join(f"{sql_literal(k)}, {v}" for k, v in zip(COMM_ARG_KEYS, values))
+    present = " OR ".join(f"{n} IS NOT NULL" for n in _COMM_NAMES)
+    return f"CASE WHEN {present} THEN CAST(json_object({pairs}) AS VARCHAR) END"
 #: Read as JSON text, so that only JSON numbers count as times: a string ("200") or a boolean
 #: ``ts``/``dur`` makes the event malformed, as the reference definition has it.
 _NUMERIC_TOP = ("ts", "dur")
@@ -171,7 +203,8 @@ def _insert_sql(trace_id: int, base_ns: int, source: str) -> str:
     ops = ", ".join(sql_literal(c) for c in OP_CATEGORIES)
     ann = ", ".join(sql_literal(c) for c in ANNOTATION_CATEGORIES)
     conv = ", ".join(c.format(x=name) + f" AS {name}" for name, _, c in _FIELDS if name not in ("ts_us", "dur_us"))
-    kept = ["coalesce(ext_a, ext_b) AS ext_id" if n == "ext_id" else n for n in _EV_COLUMNS]
+    kept = ["coalesce(ext_a, ext_b) AS ext_id" if n == "ext_id" else
+            f"{_comm_args_sql()} AS comm_args" if n == "comm_args" else n for n in _EV_COLUMNS]
     return f"""
 INSERT INTO ev
 SELECT {trace_id} AS trace_id, cls, {', '.join(kept)},
@@ -214,7 +247,8 @@ _EV_TABLE_DDL = (
     "pid VARCHAR, tid VARCHAR, ext_id BIGINT, correlation BIGINT, "
     "device VARCHAR, stream BIGINT, grid INTEGER[], block INTEGER[], registers INTEGER, shared_memory BIGINT, "
     "occupancy_pct DOUBLE, bytes BIGINT, input_dims VARCHAR, input_types VARCHAR, input_strides VARCHAR, "
-    "concrete_inputs VARCHAR, sequence_number BIGINT, launch_kernel VARCHAR, ts_ns BIGINT, dur_ns BIGINT, "
+    "concrete_inputs VARCHAR, sequence_number BIGINT, launch_kernel VARCHAR, comm_args VARCHAR, ts_ns BIGINT, "
+    "dur_ns BIGINT, "
     "part INTEGER)"
 )
 
@@ -233,7 +267,8 @@ SELECT trace_id, coalesce(device, pid, '?') AS dev_label, TRY_CAST(coalesce(devi
             WHEN regexp_matches(coalesce(name, ''), '{memcpy}', 'i') THEN 'memcpy'
             WHEN regexp_matches(coalesce(name, ''), '{memset}', 'i') THEN 'memset'
             ELSE 'kernel' END AS kind,
-       name, ts_ns, dur_ns, correlation, ext_id, grid, block, registers, shared_memory, occupancy_pct, bytes
+       name, ts_ns, dur_ns, correlation, ext_id, grid, block, registers, shared_memory, occupancy_pct, bytes,
+       comm_args
 FROM ev WHERE cls = 'gpu';
 CREATE TEMP TABLE rt_ev_{k} AS
 SELECT trace_id, name, ts_ns, dur_ns, correlation, ext_id, pid, tid, launch_kernel, grid, block, part, rowid AS pos
@@ -241,7 +276,7 @@ FROM ev WHERE cls = 'runtime' AND (correlation IS NOT NULL OR name LIKE '%Stream
                                    OR name LIKE '%StreamEndCapture%');
 CREATE TEMP TABLE op_ev_{k} AS
 SELECT trace_id, pid, tid, name, ts_ns, dur_ns, ext_id, sequence_number, input_dims, input_types, input_strides,
-       concrete_inputs, part, rowid AS pos
+       concrete_inputs, comm_args, part, rowid AS pos
 FROM ev WHERE cls = 'op';
 CREATE TEMP TABLE annotation_stage_{k} AS
 SELECT trace_id, CASE WHEN name LIKE 'ProfilerStep#%' THEN 'profiler_step' ELSE lower(cat) END AS kind, name,

@@ -10,12 +10,12 @@ when this was written): ``etc/default-counters.csv`` for the names, types and he
 
 Units converted to dcgm-exporter's: percent 0-100 for ``DCGM_FI_DEV_GPU_UTIL`` /
 ``MEM_COPY_UTIL``, MiB for framebuffer, mJ for energy; the ``DCGM_FI_PROF_*`` activities stay
-ratios 0-1 and the PCIe ``PROF`` rates bytes per second, as dcgm-exporter has them.
+ratios 0-1 and the PCIe / NVLink ``PROF`` rates bytes per second, as dcgm-exporter has them.
 
 Values: dcgm-exporter prints a DCGM ``INT64`` field with ``%d`` and a ``DOUBLE`` one with
 ``%f``; DCGM's field table (``dcgm_fields.cpp``) makes the utilizations, framebuffer sizes,
 temperatures, clocks, energy, ECC and XID counts, PCIe replays, remapped rows and the
-remap-failure flag, PCIe PROF bytes and NVLink bandwidth integers and power and the PROF activities doubles. So an integer field is an ``int`` here
+remap-failure flag, PCIe and NVLink PROF bytes and NVLink bandwidth integers and power and the PROF activities doubles. So an integer field is an ``int`` here
 (rounded; the framebuffer's MiB are whole MiB, as DCGM divides bytes by 2^20 in integers).
 
 Labels as every released dcgm-exporter 4.x writes them: ``gpu`` (the index), ``UUID``,
@@ -75,6 +75,14 @@ DCGM: dict[str, tuple[str, str, str, float, str]] = {
                                    "pcie_tx_bytes_per_s", 1.0, INT),
     "DCGM_FI_PROF_PCIE_RX_BYTES": ("gauge", "The rate of data received over the PCIe bus - including both protocol headers and data payloads - in bytes per second.",
                                    "pcie_rx_bytes_per_s", 1.0, INT),
+    # DCGM fields 1011/1012 (INT64, bytes/s, payload without protocol headers: what NVML's
+    # NVLINK_THROUGHPUT_DATA counters and GPM's NVLink metrics measure), summed over links;
+    # commented out in dcgm-exporter's default csv, enabled in its DCP list. On AMD the XGMI
+    # rates take the same names, as the other fields do.
+    "DCGM_FI_PROF_NVLINK_TX_BYTES": ("gauge", "The rate of data transmitted over NVLink not including protocol headers in bytes per second.",
+                                     "xgmi_nvlink_tx_bytes_per_s", 1.0, INT),
+    "DCGM_FI_PROF_NVLINK_RX_BYTES": ("gauge", "The rate of data received over NVLink not including protocol headers in bytes per second.",
+                                     "xgmi_nvlink_rx_bytes_per_s", 1.0, INT),
 }
 #: Computed from more than one stored metric (type, help).
 FB_FREE = ("DCGM_FI_DEV_FB_FREE", "gauge", "Framebuffer memory free (in MiB).")

@@ -18,7 +18,7 @@ from ..redact import redact_command
 if TYPE_CHECKING:  # pragma: no cover
     import duckdb
 
-SCHEMA_VERSION = 8
+SCHEMA_VERSION = 9
 #: Block size of new store files: DuckDB's default (256 KiB) makes even an empty store large;
 #: 64 KiB blocks keep small runs small at no measurable cost in speed (bench/README.md).
 STORE_BLOCK_SIZE = 65536
@@ -302,8 +302,17 @@ def _migration_7_to_8(con: duckdb.DuckDBPyConnection) -> None:
         con.execute(f"ALTER TABLE samples ADD COLUMN IF NOT EXISTS {name} {sql_type}")
 
 
+def _migration_8_to_9(con: duckdb.DuckDBPyConnection) -> None:
+    # What Kineto writes about a collective on its NCCL/RCCL kernel and record_param_comms op
+    # (Collective name, In/Out msg nelems, dtype, Group size, Process Group Name/Ranks, Seq),
+    # as one JSON object (keys: gpuscope.ingest.parse.COMM_ARG_KEYS); NULL for other rows and for
+    # runs ingested before (issue 31). IF NOT EXISTS: idempotent.
+    con.execute("ALTER TABLE kernels ADD COLUMN IF NOT EXISTS comm_args VARCHAR")
+    con.execute("ALTER TABLE ops ADD COLUMN IF NOT EXISTS comm_args VARCHAR")
+
+
 MIGRATIONS = (_migration_0_to_1, _migration_1_to_2, _migration_2_to_3, _migration_3_to_4, _migration_4_to_5,
-              _migration_5_to_6, _migration_6_to_7, _migration_7_to_8)
+              _migration_5_to_6, _migration_6_to_7, _migration_7_to_8, _migration_8_to_9)
 assert len(MIGRATIONS) == SCHEMA_VERSION
 
 

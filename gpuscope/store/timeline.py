@@ -13,6 +13,9 @@ from typing import Any
 #: Counter tracks per device: the stored metrics written as counters.
 COUNTERS = ("gpu_util", "power_w", "mem_used_bytes", "sm_clock_mhz", "mem_clock_mhz", "temp_c", "sm_active",
             "tensor_active", "dram_bw_util", "host_cpu_util", "host_mem_used_bytes")
+#: GPU-GPU link utilization tracks: track name -> the stored byte rate (both over every NVLink /
+#: XGMI link of the device), shown as a percent of the spec's link bandwidth in that direction.
+LINK_COUNTERS = (("link_tx_util_pct", "xgmi_nvlink_tx_bytes_per_s"), ("link_rx_util_pct", "xgmi_nvlink_rx_bytes_per_s"))
 #: pids of the tracks gpuscope adds (Kineto's GPU tracks use the device index as pid).
 GPUSCOPE_PID = 1_000_000
 TELEMETRY_PID = 1_000_001
@@ -90,7 +93,9 @@ def _within(col: str, lo: int | None, hi: int | None) -> str:
 def event_queries(run_id: int, base: int, lo_ns: int | None = None, hi_ns: int | None = None
                   ) -> list[tuple[str, str, list[Any]]]:
     """(kind, SQL yielding one JSON event text per row, parameters), in writing order; only
-    what starts in ``[lo_ns, hi_ns)`` when given. The rows come in the store's order, not
+    what starts in ``[lo_ns, hi_ns)`` when given. The link utilization tracks need ``_lk``
+    (``device_id``, ``link_bytes_per_s``: the device's scale-up links together, one direction)
+    registered on the cursor; a device without a row there has none. The rows come in the store's order, not
     sorted by time: trace viewers and ingest sort for themselves, and a sort would hold every
     event's JSON in memory at once (+130 MiB on a 1.2M-event run, bench/README.md)."""
     ts, dur = _us("k.ts_ns", base), "round(k.dur_ns / 1000.0, 3)"
@@ -161,6 +166,18 @@ def event_queries(run_id: int, base: int, lo_ns: int | None = None, hi_ns: int |
         SELECT json_object('ph', 'C', 'name', d.key || ' ' || c.metric, 'pid', {TELEMETRY_PID}, 'tid', 0,
                            'ts', {_us('c.ts_ns', base)}, 'args', json_object(c.metric, c.value))::VARCHAR
         FROM ({unpivot}) c JOIN devices d ON d.run_id = $1 AND d.device_id = c.device_id"""
+    # one arg per event, as the other tracks: a viewer (and a reader of this file) sees one
+    # series per track; percent of the links' one-direction bandwidth, not capped (a reading
+    # above 100 says the spec entry is wrong, not the counter)
+    link_unpivot = " UNION ALL ".join(
+        f"SELECT device_id, ts_ns, '{track}' AS metric, CAST({col} AS DOUBLE) AS value FROM samples "
+        f"WHERE run_id = $1 AND {col} IS NOT NULL{_within('ts_ns', lo_ns, hi_ns)}" for track, col in LINK_COUNTERS)
+    links = f"""
+        SELECT json_object('ph', 'C', 'name', d.key || ' ' || c.metric, 'pid', {TELEMETRY_PID}, 'tid', 0,
+                           'ts', {_us('c.ts_ns', base)},
+                           'args', json_object(c.metric, round(100.0 * c.value / lk.link_bytes_per_s, 3)))::VARCHAR
+        FROM ({link_unpivot}) c JOIN devices d ON d.run_id = $1 AND d.device_id = c.device_id
+        JOIN _lk lk ON lk.device_id = c.device_id WHERE lk.link_bytes_per_s > 0"""
     notes = f"""
         SELECT CASE WHEN a.kind = 'mark'
             THEN json_object('ph', 'i', 's', 'p', 'cat', 'gpuscope.mark', 'name', a.name, 'pid', {GPUSCOPE_PID},
@@ -177,4 +194,5 @@ def event_queries(run_id: int, base: int, lo_ns: int | None = None, hi_ns: int |
         FROM annotations a WHERE a.run_id = $1 AND a.kind NOT IN ('profiler_window', 'mark', 'device_lost'){_within("a.ts_ns", lo_ns, hi_ns)}"""
     return [("metadata", meta, [run_id]), ("kernels", kernels, [run_id]), ("launches", launches, [run_id]),
             ("flows", flows, [run_id]), ("ops", ops, [run_id]), ("counters", counters, [run_id]),
+            ("link_counters", links, [run_id]),
             ("annotations", notes, [run_id])]

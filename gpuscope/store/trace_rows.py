@@ -63,14 +63,14 @@ def write_staged_rows(
         SELECT {run_id}, k.trace_id + {t0}, m.device_id + {d0}, k.stream, k.kind, k.category, k.name, k.ts_ns, k.dur_ns,
                k.correlation, k.external_id, k.op_id + {o0}, k.launch_name, k.launch_ts_ns, k.launch_dur_ns,
                k.grid, k.block, k.registers_per_thread, k.shared_memory_bytes, k.occupancy, k.bytes,
-               k.attribution
+               k.attribution, k.comm_args
         FROM temp.kernel_stage k JOIN temp.dev_map m ON m.trace_id = k.trace_id AND m.dev_label = k.dev_label
         ORDER BY m.device_id, k.ts_ns"""
     )
     con.execute(
         f"""INSERT INTO ops
         SELECT {run_id}, op_id + {o0}, p.parent_op_id + {o0}, trace_id + {t0}, pid, tid, name, ts_ns, dur_ns, external_id, sequence_number,
-               input_dims, input_types, input_strides, concrete_inputs
+               input_dims, input_types, input_strides, concrete_inputs, comm_args
         FROM temp.op_stage o LEFT JOIN temp.op_parent p USING (op_id)
         {'' if all_ops else 'WHERE NOT EXISTS (SELECT 1 FROM temp.kernel_stage) OR op_id IN (SELECT op_id FROM temp.op_launching)'}
         ORDER BY op_id"""
