@@ -29,6 +29,50 @@ class CliResult:
         return json.loads(self.out)
 
 
+# Tests that cost the most (seconds on a loaded 2-core machine, measured with `--durations`
+# under `-n 2`; bench/README.md, "The slowest tests", says what each costs and why): marked
+# `slow` here so that the README's command (`-m "not slow"`) answers in minutes while .ci/run
+# still runs them. Each module keeps fast tests in the README's set. Keyed by node id without
+# the parameters: every parameter of a listed test is slow.
+SLOW_TESTS: dict[str, float] = {
+    "tests/test_fuzz_ingest.py::test_two_hundred_mutated_traces_end_in_exit_0_or_2": 52.9,
+    "tests/test_scale.py::test_a_large_trace_parsed_in_batches_gives_the_run_a_whole_read_gives": 28.6,
+    "tests/test_run.py::test_workers_each_leave_a_trace": 33.8,
+    "tests/test_reliability.py::test_kill_9_of_ingest_at_random_points_leaves_a_usable_store": 18.0,
+    "tests/test_sampler.py::test_live_buffer_snapshots_are_consistent_while_the_sampler_writes": 17.8,
+    "tests/test_scale.py::test_rank_files_read_several_at_once_give_the_run_one_thread_gives": 14.9,
+    "tests/test_profile_requests.py::test_busy_then_gpuscope_profile_windows_in_a_cpu_torch_program": 14.9,
+    "tests/test_gzip_bomb.py::test_the_flag_raises_the_limit": 14.5,
+    "tests/test_gzip_bomb.py::test_past_the_floor_a_real_ratio_passes_and_a_lowered_limit_refuses": 14.5,
+    "tests/test_run.py::test_example_workload_run_records_windows_marks_and_tokens": 13.4,
+    "tests/test_run.py::test_no_window_opens_once_exit_has_begun": 12.7,
+    "tests/test_run.py::test_ctrl_c_twice_during_a_window_writes_it_and_opens_no_other": 11.0,
+    "tests/test_store_faults.py::test_monitor_keeps_serving_through_a_full_disk_and_retries": 10.3,
+    "tests/test_redact.py::test_planted_secrets_reach_no_export_report_or_otlp_log": 9.8,
+    "tests/test_gpu_acceptance.py::test_devices_step_on_a_driver_whose_nvidia_smi_lacks_fields": 9.3,
+    "tests/test_window_triggers.py::test_a_window_due_inside_an_import_opens_after_it": 8.8,
+    "tests/test_hostile_traces.py::test_event_mutations_never_reach_an_internal_error": 8.4,
+    "tests/test_gpu_acceptance.py::test_offline_install_of_this_checkout_into_a_private_folder": 8.4,
+    "tests/test_run.py::test_run_directories_are_never_reused": 8.0,
+    "tests/test_run.py::test_kill_9_of_gpuscope_leaves_an_incomplete_run_that_opens": 7.9,
+    "tests/test_store_faults.py::test_run_on_a_disk_that_stays_full_returns_the_programs_exit_code": 7.4,
+    "tests/test_overlap.py::test_hta_a100_nccl_overlap_matches_hta_definition": 7.1,
+    "tests/test_gpu_acceptance.py::test_hf_generate_step_is_skipped_with_the_reason_without_transformers": 7.1,
+    "tests/test_overlap.py::test_overlap_agrees_with_hta_itself": 7.0,
+    "tests/test_run.py::test_profile_api_outside_a_run_writes_a_trace_and_mark_is_a_no_op": 6.9,
+    "tests/test_hostile_traces.py::test_header_mutations_never_reach_an_internal_error": 6.3,
+    "tests/test_run.py::test_replayed_telemetry_gives_energy_per_token_cross_checked": 6.2,
+    "tests/test_store_faults.py::test_run_rides_out_a_full_disk_and_stores_the_held_samples_when_space_returns": 6.0,
+}
+
+
+@pytest.hookimpl(tryfirst=True)  # before pytest's own -m selection reads the marks
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        if item.nodeid.split("[", 1)[0] in SLOW_TESTS:
+            item.add_marker(pytest.mark.slow)
+
+
 def run_cli(*args: str) -> CliResult:
     """``gpuscope ARGS`` in this process; returns its exit code, stdout and stderr."""
     from gpuscope.cli import main
@@ -40,6 +84,14 @@ def run_cli(*args: str) -> CliResult:
         except SystemExit as exc:  # argparse --help / usage errors
             code = int(exc.code or 0)
     return CliResult(code, out.getvalue(), err.getvalue())
+
+
+@pytest.fixture(autouse=True)
+def _text_width(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every test sees the width gpuscope gives a pipe or a file (120 columns), whoever runs it:
+    pytest-xdist's workers inherit COLUMNS from the controller's terminal (80 in a plain shell),
+    which cut the lines that tests read. A test that wants another width sets COLUMNS itself."""
+    monkeypatch.setenv("COLUMNS", "120")
 
 
 @pytest.fixture

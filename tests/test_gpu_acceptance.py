@@ -44,6 +44,9 @@ acc = _acceptance()
 def _env(**kw: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("GPUSCOPE_ACCEPTANCE", "FAKE_"))}
     env.pop("OUT", None)
+    # the interpreter running these tests, not the first python3 on PATH (a venv used by its
+    # path, not activated, is not on PATH): the script honours PYTHON
+    env["PYTHON"] = sys.executable
     env.update(kw)
     return env
 

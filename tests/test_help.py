@@ -47,3 +47,28 @@ def test_roof_measured_without_a_calibration_says_it_fell_back(db, tmp_path) -> 
     text = run_cli("analyze", "--roof", "measured").out
     line = next(ln for ln in text.splitlines() if "judged against" in ln)
     assert "spec roof" in line and "--roof measured: no calibration" in line
+
+
+def test_help_describes_export_by_its_headline_formats() -> None:
+    out = " ".join(run_cli("--help").out.split())
+    line = out[out.index(" export ", out.index("COMMAND")):]
+    line = line[: line.index(" report ")]
+    for fmt in ("perfetto", "chrome", "parquet", "csv"):
+        assert fmt in line, line
+    assert line.index("timeline") < line.index("parquet")  # the timelines are its headline
+
+
+def test_a_mistyped_command_gets_the_nearest_one() -> None:
+    r = run_cli("anlyze")
+    assert r.code == 2 and r.err.count("\n") == 1, r.err
+    assert "'anlyze'" in r.err and "did you mean 'analyze'?" in r.err
+    r = run_cli("xyzzy")  # nothing near: the list of commands, as before
+    assert r.code == 2 and "did you mean" not in r.err and "'analyze'" in r.err
+
+
+def test_export_with_an_unknown_format_lists_every_format(db, tmp_path: Path) -> None:
+    out = tmp_path / "x"
+    r = run_cli("export", "--db", str(db), "--format", "xlsx", "--out", str(out))
+    assert r.code == 2 and r.err.count("\n") == 1, r.err
+    assert "'xlsx'" in r.err and "perfetto, chrome, parquet or csv" in r.err
+    assert not out.exists()

@@ -80,3 +80,43 @@ def test_analyze_shows_distinct_names_and_wide_shows_them_whole(db) -> None:
     assert all(n in wide for n in TENSILE) and ELEMENTWISE[1].split("(")[0] in wide
     doc = run_cli("analyze", "--json").json()
     assert {k["name"] for k in doc["kernels"]} == set(ELEMENTWISE + TENSILE)  # JSON: whole names
+
+
+CUTLASS = ("void cutlass::Kernel2<cutlass_80_tensorop_s1688gemm_{tile}_16x4_tn_align4>"
+           "(cutlass_80_tensorop_s1688gemm_{tile}_16x4_tn_align4::Params)")
+
+
+def test_colliding_kernels_keep_their_core_names_not_the_parameter_list() -> None:
+    names = [CUTLASS.format(tile="256x64"), CUTLASS.format(tile="128x128")]
+    # 43 columns: the simplified names (51 and 52 characters) cut head-and-tail look the same;
+    # the head of the core name and its stretch from where the two differ stay
+    assert distinct_names(names, 43) == ["cutlass_80_tensorop…m_256x64_16x4_tn_align4",
+                                         "cutlass_80_tensoro…m_128x128_16x4_tn_align4"]
+    for width in (20, 30, 43):
+        shown = distinct_names(names, width)
+        assert len(set(shown)) == 2 and all(len(s) <= width and "Params" not in s for s in shown), shown
+
+
+def test_commands_keep_the_script_and_its_arguments() -> None:
+    from gpuscope.render.names import fit_commands
+
+    long_dir = "/tmp/pytest-of-root/pytest-513/test_many_runs_are_listed0/traces"
+    assert fit_commands([f"gpuscope ingest {long_dir}/h100_llama.json.gz"], 40) == ["gpuscope ingest …/h100_llama.json.gz"]
+    assert fit_commands([f"python {long_dir}/serve.py --out={long_dir}/o.json --tp 2"], 50) == \
+        ["python …/serve.py --out=…/o.json --tp 2"]
+    assert fit_commands(["python serve.py"], 10) == [fit("python serve.py", 10)]  # no directory to drop
+
+
+def test_runs_table_tells_two_long_commands_apart_at_120_columns() -> None:
+    from gpuscope.render.runs import render_runs
+
+    base = {"status": "complete", "source": "run", "started_ns": None, "ended_ns": None, "samples": 0,
+            "kernels": 0, "ops": 0, "exit_code": 0}
+    cmd = "python /home/someone/projects/very/deep/checkout/of/the/serving/stack/benchmarks/serve_bench.py --model {m} --tp 8"
+    runs = [dict(base, id=1, name="a", command=cmd.format(m="llama-3.1-70b")),
+            dict(base, id=2, name="b", command=cmd.format(m="qwen2.5-72b"))]
+    text = render_runs(runs, width=120)
+    assert max(len(line) for line in text.splitlines()) <= 120
+    rows = [line.split("  ")[-1] for line in text.splitlines()[2:]]
+    assert rows[0] != rows[1] and all(r.startswith("python …/serve_bench.py --model ") for r in rows), rows
+    assert "llama" in rows[0] and "qwen" in rows[1] and all(r.endswith("--tp 8") for r in rows), rows

@@ -99,7 +99,12 @@ def test_compare_shows_both_runs_op_by_op(db: Path, tmp_path: Path) -> None:
     doc = _report(db, out, "faster", "--compare", "base")
     page = out.read_text()
     assert doc["compare"]["name"] == "base"
-    assert "Compared with another run" in page and "0.75x" in page  # the GEMM: 1500 / 2000 µs
+    # the order of `gpuscope compare faster base`: A is RUN, B the --compare run, ratio B / A
+    assert "Compared with another run" in page and "1.33x" in page  # the GEMM: 2000 / 1500 µs
+    head = page[page.index("Compared with another run"):]
+    assert head.index("A: run 2 'faster'") < head.index("B: run 1 'base'")
+    text = run_cli("compare", "--db", str(db), "faster", "base").out
+    assert text.index("A: run 2 'faster'") < text.index("B: run 1 'base'")
 
 
 def test_an_existing_file_is_kept_without_force(db: Path, tmp_path: Path) -> None:
@@ -138,3 +143,79 @@ def test_a_real_headless_chromium_renders_it_without_console_errors(db: Path, tm
     assert not console, console
     dom = subprocess.run([*base, "--dump-dom", out.as_uri()], capture_output=True, text=True, timeout=120).stdout
     assert len(re.findall(r'<circle class="pt"', dom)) == len(re.findall(r"<circle class='pt'", out.read_text()))
+
+
+CUTLASS = ("void cutlass::Kernel2<cutlass_80_tensorop_s1688gemm_{tile}_16x4_tn_align4>"
+           "(cutlass_80_tensorop_s1688gemm_{tile}_16x4_tn_align4::Params)")
+
+
+def test_kernels_show_analyzes_short_names_with_the_full_name_folded(tmp_path: Path) -> None:
+    from gpuscope.render.names import distinct_names
+
+    names = [CUTLASS.format(tile="256x64"), CUTLASS.format(tile="128x128")]
+    ev = [kernel(names[0], 100, 900, corr=1), kernel(names[1], 1100, 500, corr=2)]
+    db = tmp_path / "k.duckdb"
+    assert run_cli("ingest", "--db", str(db), "-q", str(write_trace(tmp_path / "k.json", ev, deviceProperties=PROPS))).code == 0
+    out = tmp_path / "k.html"
+    _report(db, out)
+    page = out.read_text()
+    from gpuscope.render.report_html import KERNEL_NAME_CHARS, esc
+
+    shorts = distinct_names(names, KERNEL_NAME_CHARS)
+    assert shorts[0] != shorts[1] and all(len(x) < 60 and "Params" not in x for x in shorts)
+    for full, short in zip(names, shorts):
+        assert f"<td title='{esc(full)}'><details><summary><code>{esc(short)}</code></summary><code>{esc(full)}</code>" in page
+    # the names `analyze` prints at its 120 columns: the same core names, cut to its narrower column
+    rows = [ln for ln in run_cli("analyze", "--db", str(db)).out.splitlines() if ln.startswith("cutlass_80_")]
+    assert len(rows) == 2 and all(r.split()[0].endswith(s[-22:]) for r, s in zip(rows, shorts)), rows
+
+
+def test_equal_roofs_share_one_label() -> None:
+    from gpuscope.render.report_html import _roofline
+
+    peak = 19.5e12  # an A100: fp64 (tensor cores) and fp32 both 19.5 TFLOP/s
+    doc = {"ops": [{"name": "aten::mm", "dtype": "fp32", "intensity_flop_per_byte": 50.0, "achieved_flops_per_s": 5e12,
+                    "kernel_us": 10.0, "bound": "compute_bound"},
+                   {"name": "aten::addmm", "dtype": "fp64", "intensity_flop_per_byte": 8.0, "achieved_flops_per_s": 2e12,
+                    "kernel_us": 5.0, "bound": "memory_bound"}],
+           "roofline": {"devices": [{"key": "gpu0", "spec": "a100-sxm4-80gb", "mem_bw_bytes_per_s": 2.039e12,
+                                     "peak_flops_per_s": {"fp32": peak, "fp64": peak, "bf16": 312e12}}]}}
+    svg = _roofline(doc)
+    labels = re.findall(r"<text x='\d+' y='[\d.]+' text-anchor='end'>([^<]*FLOP/s)</text>", svg)
+    assert labels == ["fp32 = fp64 19.5 TFLOP/s"]  # bf16 is not among the points' dtypes
+    assert svg.count("<polyline") == 1
+
+
+def test_a_cpu_only_run_says_cpu_time_and_no_gpu_activity(tmp_path: Path) -> None:
+    ev = [cpu_op("aten::mm", 0, 300, ext=1, dims=[[64, 64], [64, 64]], types=["float", "float"]),
+          cpu_op("aten::add", 400, 100, ext=2, dims=[[64, 64], [64, 64]], types=["float", "float"])]
+    db = tmp_path / "c.duckdb"
+    assert run_cli("ingest", "--db", str(db), "-q", str(write_trace(tmp_path / "c.json", ev))).code == 0
+    out = tmp_path / "c.html"
+    _report(db, out)
+    page = out.read_text()
+    assert "<th class='n'>CPU time</th>" in page and "<th class='n'>GPU time</th>" not in page
+    assert "Top kernels" not in page
+    assert "GPU busy" not in page and "no GPU activity" in page
+    assert "300.0 µs" in page  # aten::mm's CPU time, in the column that says so
+
+
+def test_telemetry_lines_have_value_and_time_axes(db: Path, tmp_path: Path) -> None:
+    out = tmp_path / "r.html"
+    _report(db, out)
+    page = out.read_text()
+    # the fixture's samples: power 200 + 10 i W and utilization (i mod 10) / 10, i = 0..29, 100 µs apart
+    assert re.findall(r"<text class='ymin'[^>]*>([^<]*)</text>", page) == ["200.0 W", "0%"]
+    assert re.findall(r"<text class='ymax'[^>]*>([^<]*)</text>", page) == ["490.0 W", "90%"]
+    assert re.findall(r"<text class='tick'[^>]*>([^<]*)</text>", page) == ["0.0000 s", f"{2.9e-3 / 2:.4f} s", "0.0029 s"] * 2
+    assert page.count("<line class='axis'") == 4
+
+
+def test_compare_sets_the_bound_table_apart_and_names_bound_classes(db: Path) -> None:
+    lines = run_cli("compare", "--db", str(db), "base", "faster").out.splitlines()
+    at = next(i for i, ln in enumerate(lines) if ln.startswith("compute by bound"))
+    assert lines[at - 1] == "" and lines[at - 2].startswith("matched ops")  # the totals' last row, then a blank line
+    rows = [ln.split()[0] for ln in lines[at + 2:at + 6]]
+    assert rows == ["compute-bound", "memory-bound", "latency-bound", "unknown"]
+    # the GEMM (2000 µs in base, 1500 µs in faster) is compute-bound on an H100 at 8192³
+    assert lines[at + 2].split()[1:] == ["2.000", "ms", "1.500", "ms"]

@@ -211,3 +211,24 @@ async def _test_help_keys_cover_every_binding_of_the_app(tmp_path: Path) -> None
                     if names.get(key, key).lower() not in shown:
                         missing.append(f"{mode}: {key}")
         assert not missing, missing
+
+
+def test_help_has_a_border_and_an_opaque_background(tmp_path: Path) -> None:
+    """Issue 33: the help overlay is a framed box the screen beneath does not show through."""
+    async def go() -> None:
+        from textual.widgets import Static
+
+        from gpuscope.tui.screens.help import HelpScreen
+
+        app = _app(tmp_path)
+        async with app.run_test(size=(80, 24)) as pilot:
+            await pilot.pause()
+            await pilot.press("question_mark")
+            await pilot.pause()
+            assert isinstance(app.screen, HelpScreen)
+            box = app.screen.query_one("#help", Static)
+            assert all(edge[0] not in ("", "none", "hidden") for edge in (
+                box.styles.border_top, box.styles.border_right, box.styles.border_bottom, box.styles.border_left))
+            assert box.styles.background.a == 1.0  # opaque
+
+    asyncio.run(go())

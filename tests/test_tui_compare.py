@@ -170,3 +170,29 @@ def test_h100_vs_mi300x_as_the_command_compares_them(tmp_path: Path, db: Path) -
             check_against_cli(app, doc)
 
     asyncio.run(go())
+
+
+def test_left_and_right_switch_the_tabs(tmp_path: Path, db: Path) -> None:
+    """Issue 33: ←/→ walk the compare screen's tabs (round), the tab's table focused."""
+    two_runs(tmp_path)
+
+    async def go() -> None:
+        from textual.widgets import TabbedContent
+
+        app = make_app(db)
+        async with app.run_test(size=(80, 24)) as pilot:
+            await mark_two(pilot, app, 2, (1, 0))
+            tabs = app.screen.query_one("#compare-tabs", TabbedContent)
+            seen = [tabs.active]
+            for _ in range(5):
+                await pilot.press("right")
+                await pilot.pause()
+                seen.append(tabs.active)
+                assert app.screen.focused is app.screen.query_one(
+                    f"#{app.screen.tables[tabs.active.removeprefix('tab-')].table_id}")
+            assert seen == ["tab-matched", "tab-only_a", "tab-only_b", "tab-families", "tab-totals", "tab-matched"]
+            await pilot.press("left")
+            await pilot.pause()
+            assert tabs.active == "tab-totals"
+
+    asyncio.run(go())

@@ -257,9 +257,13 @@ async def _test_run_screen_shows_what_analyze_says(db: Path, run_id: int, doc: d
             assert o["name"].startswith(cells[0].rstrip("…").split(" ")[0])
             assert cells[1] == fmt_us(o["kernel_us"]) and cells[5] == fmt_us(o.get("saved_us"))
         kernels = _rows(screen, "#run-kernels")
+        # the kernel names are analyze's distinct short names at the table's width
+        from gpuscope.tui.screens.run import kernel_names
+
+        short = kernel_names(doc["kernels"][:len(kernels)], screen.kernel_name_w)
         for i, (key, cells) in enumerate(kernels):
             k = doc["kernels"][i]
-            assert key == f"kernels:{i}" and k["name"].startswith(cells[0].rstrip("…"))
+            assert key == f"kernels:{i}" and cells[0] == short[i]
             assert cells[1] == fmt_us(k["total_us"])
         busy = t["compute"] + t["communication"] + t["memory"]
         assert kernels[0][1][2] == f"{100 * doc['kernels'][0]['total_us'] / busy:.1f}%"
@@ -461,3 +465,157 @@ async def _test_no_color(db: Path, run_id: int) -> None:
         assert not any("green" in str(s.style) or "blue" in str(s.style) for s in drawn.spans)
         assert not any("green" in str(s.style) for s in bar.render().spans)
         assert "█" in bar.render().plain and "░" in bar.render().plain  # categories by fill glyph
+
+
+def test_kernel_names_at_80_columns_are_the_distinct_short_names_of_analyze(tmp_path: Path, db: Path) -> None:
+    """Issue 33: two cutlass kernels whose names share a long prefix are told apart at 80
+    columns, with the names `analyze` prints (render.names.distinct_names)."""
+    from gpuscope.render.names import distinct_names
+
+    names = ["void cutlass::Kernel<cutlass_80_tensorop_bf16_s16816gemm_relu_bf16_256x64_32x3_tn_align8>"
+             "(cutlass_80_tensorop_bf16_s16816gemm_relu_bf16_256x64_32x3_tn_align8::Params)",
+             "void cutlass::Kernel<cutlass_80_tensorop_bf16_s16816gemm_relu_bf16_128x128_32x3_tn_align8>"
+             "(cutlass_80_tensorop_bf16_s16816gemm_relu_bf16_128x128_32x3_tn_align8::Params)"]
+    events = []
+    for i, name in enumerate(names):
+        events += [cpu_op("aten::mm", i * 100, 20, ext=i + 1, dims=[[64, 64], [64, 64]], types=["float"] * 2),
+                   runtime("cudaLaunchKernel", i * 100 + 5, 5, corr=i + 1, ext=i + 1),
+                   kernel(name, i * 100 + 30, 40 + i, corr=i + 1)]
+    run_id = _ingest(write_trace(tmp_path / "t.json", events, deviceProperties=PROPS))
+
+    async def go() -> None:
+        app = _app(db)
+        async with app.run_test(size=(80, 24)) as pilot:
+            screen = await _open(app, pilot, run_id)
+            shown = [cells[0] for _, cells in _rows(screen, "#run-kernels")]
+            assert len(shown) == 2 and shown[0] != shown[1]
+            # the names analyze prints at the same width, and each keeps the tile that tells them apart
+            assert sorted(shown) == sorted(distinct_names(names, screen.kernel_name_w))
+            assert any("256x64" in s for s in shown) and any("128x128" in s for s in shown)
+
+    asyncio.run(go())
+
+
+def test_host_copy_advice_is_the_figure_analyze_prints_whatever_the_tables_hold(tmp_path: Path, db: Path) -> None:
+    """Issue 33: the advice's host-copy time is computed over every copy, as `analyze` does,
+    not over the kernels the screen's tables hold (top N): 200 + 100 µs of copies here, with
+    the tables cut to the two largest kernels (two GEMMs)."""
+    from gpuscope.tui import data
+
+    events = []
+    for i, name in enumerate(("gemm_a", "gemm_b", "gemm_c")):
+        events += [cpu_op("aten::mm", i * 2000, 20, ext=i + 1, dims=[[64, 64], [64, 64]], types=["float"] * 2),
+                   runtime("cudaLaunchKernel", i * 2000 + 5, 5, corr=i + 1, ext=i + 1),
+                   kernel(name, i * 2000 + 30, 1000, corr=i + 1)]
+    events += [kernel("Memcpy HtoD (Pinned -> Device)", 7000, 200, cat="gpu_memcpy", bytes=4_000_000),
+               kernel("Memcpy HtoD (Pageable -> Device)", 7300, 100, cat="gpu_memcpy", bytes=1_000_000)]
+    run_id = _ingest(write_trace(tmp_path / "t.json", events, deviceProperties=PROPS))
+    want = [a for a in _analysis(run_id)["advice"] if a["kind"] == "host_copies"]
+    assert len(want) == 1 and want[0]["evidence"]["host_copy_us"] == pytest.approx(300.0)
+
+    doc = data.run_detail(db, run_id, top=2)["analysis"]
+    assert [k["name"] for k in doc["kernels"]] == ["gemm_a", "gemm_b"]  # the tables hold no copy
+    got = [a for a in doc["advice"] if a["kind"] == "host_copies"]
+    assert got == want
+
+
+AR = "ncclDevKernel_AllReduce_Sum_f32_RING_LL(x)"
+
+
+def _rank_set(tmp_path: Path) -> Path:
+    """Four ranks of a step (a GEMM, then an all-reduce of 1024 floats, 4 times), rank 2 150 µs
+    late at every collective (bench/scale_trace.py --ranks --straggler)."""
+    import subprocess
+    import sys
+
+    from conftest import REPO
+
+    ev: list[dict[str, Any]] = []
+    t = 0.0
+    for i in range(4):
+        e = 10 * i + 1
+        ev += [cpu_op("aten::mm", t, 10, ext=e, dims=[[64, 64], [64, 64]], types=["float", "float"]),
+               runtime("cudaLaunchKernel", t + 2, 2, corr=1000 + e, ext=e),
+               kernel("gemm_kernel", t + 20, 100, corr=1000 + e, stream=7),
+               cpu_op("c10d::allreduce_", t + 12, 10, ext=e + 1, dims=[[1024]], types=["float"]),
+               runtime("cudaLaunchKernel", t + 14, 2, corr=1001 + e, ext=e + 1),
+               kernel(AR, t + 130, 50, corr=1001 + e, stream=20)]
+        t += 300
+    src = write_trace(tmp_path / "one.json", ev, deviceProperties=[{"id": 0, "name": "NVIDIA H100 80GB HBM3"}])
+    out = tmp_path / "ranks"
+    p = subprocess.run([sys.executable, str(REPO / "bench" / "scale_trace.py"), str(src), str(out), "--ranks", "4",
+                        "--copies", "2", "--straggler", "2:150"], capture_output=True, text=True)
+    assert p.returncode == 0, p.stderr
+    return out
+
+
+def test_communication_section_shows_the_links_exposed_time_and_the_straggler(tmp_path: Path, db: Path) -> None:
+    """Issue 31 point 5: the run screen's Communication section says what `analyze --json`'s
+    communication block says: the all-reduce against its link, the exposed time, rank 2 as the
+    straggler; `n` brings it into view. A run without collectives has no such section."""
+    from textual.containers import VerticalScroll
+
+    run_id = _ingest(_rank_set(tmp_path))
+    comm = _analysis(run_id)["communication"]
+    assert comm["stragglers"]["straggler"]["rank"] == 2
+    plain = _ingest(write_trace(tmp_path / "plain.json", [
+        cpu_op("aten::mm", 0, 20, ext=1, dims=[[64, 64], [64, 64]], types=["float"] * 2),
+        runtime("cudaLaunchKernel", 5, 5, corr=1, ext=1), kernel("gemm", 30, 40, corr=1)], deviceProperties=PROPS))
+
+    async def go() -> None:
+        from gpuscope.render.table import fmt_us
+
+        app = _app(db)
+        async with app.run_test(size=(100, 30)) as pilot:
+            screen = await _open(app, pilot, run_id)
+            heading = screen.query_one("#comm-heading")
+            assert heading.display and screen.query_one("#run-comm").display
+            text = _text(screen, "#run-comm")
+            assert "all_reduce" in text
+            assert f"Exposed communication: {fmt_us(comm['exposed']['exposed_us'])}" in " ".join(text.split())
+            assert "straggler: rank 2 (rank2/gpu2) started last at 8 of 8 instances" in " ".join(text.split())
+            body = screen.query_one("#run-body", VerticalScroll)
+            assert heading.region.y > body.region.bottom  # below the fold at first
+            await pilot.press("n")
+            await pilot.pause()
+            assert body.region.y <= heading.region.y < body.region.bottom  # in view
+            assert screen.focused is body
+
+            screen = await _open(app, pilot, plain)
+            assert not screen.query_one("#comm-heading").display and not screen.query_one("#run-comm").display
+
+    asyncio.run(go())
+
+
+def test_keys_reach_every_section_and_are_in_the_footer_and_help(tmp_path: Path, db: Path) -> None:
+    """Issue 33: the roofline, telemetry and advice below the tables are reached by keys (not
+    only the mouse wheel), each key shown in the footer and the help."""
+    run_id = _synthetic_run(tmp_path, db)
+
+    async def go() -> None:
+        from textual.containers import VerticalScroll
+        from textual.widgets import Footer
+
+        from gpuscope.tui.screens.help import KEYS
+
+        app = _app(db)
+        async with app.run_test(size=(80, 24)) as pilot:
+            screen = await _open(app, pilot, run_id)
+            body = screen.query_one("#run-body", VerticalScroll)
+            for key, heading, focused in (("a", "#advice-heading", "#run-body"), ("t", "#timeline-heading", "#run-body"),
+                                          ("r", "#roof-heading", "#run-body"), ("k", "#kernels-heading", "#run-kernels"),
+                                          ("o", "#ops-heading", "#run-ops")):
+                await pilot.press(key)
+                await pilot.pause()
+                region = screen.query_one(heading).region
+                assert body.region.y <= region.y < body.region.bottom, (key, region, body.region)
+                assert screen.focused is screen.query_one(focused), key
+            shown = {a.binding.key: a.binding.description for a in screen.active_bindings.values()
+                     if a.binding.show}
+            for key in ("o", "k", "r", "t", "a", "n"):
+                assert shown.get(key), key  # in the footer
+            assert screen.query_one(Footer).display
+            help_keys = " ".join(k for k, _ in KEYS)
+            assert "o k r n t a" in help_keys and "Shift+Tab" in help_keys
+
+    asyncio.run(go())

@@ -329,3 +329,27 @@ def test_a_run_still_recording_updates_as_it_goes(tmp_path: Path, db: Path) -> N
                     rec.kill()
 
     asyncio.run(go())
+
+
+def test_runs_of_one_name_are_told_apart_by_id_and_gpu_when_marked(tmp_path: Path, db: Path) -> None:
+    """Issue 33: an H100 and an MI300X run of one model share a name; the table shows each
+    run's GPU and the compare marks name the id and the GPU."""
+    ops = [("aten::mm", [[64, 64], [64, 64]], 50.0)]
+    ingest(op_trace(tmp_path / "h.json", ops, deviceProperties=[{"id": 0, "name": "NVIDIA H100 80GB HBM3"}]),
+           "llama")
+    ingest(op_trace(tmp_path / "m.json", ops, deviceProperties=[{"id": 0, "name": "AMD Instinct MI300X"}]),
+           "llama")
+    h100, mi300 = sorted(r["id"] for r in runs_json())
+
+    async def go() -> None:
+        app = make_app(db)
+        async with app.run_test(size=(80, 24)) as pilot:
+            await open_runs(pilot, app, 2)
+            table = app.screen.query_one("#runs-table", DataTable)
+            assert str(table.get_cell(str(h100), "gpu")) == "H100 80GB HBM3"
+            assert str(table.get_cell(str(mi300), "gpu")) == "MI300X"
+            table.move_cursor(row=table_ids(app).index(mi300))
+            await pilot.press("c")
+            assert f"compare: A {mi300} 'llama' on MI300X (c marks B)" in status_text(app)
+
+    asyncio.run(go())

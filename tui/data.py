@@ -65,18 +65,66 @@ def store_stamp(db: Path) -> tuple[Any, ...]:
     return tuple(out)
 
 
+#: Vendor words in a device name that every card of that vendor carries: left out of the short
+#: name the runs screen shows (what tells an H100 from an MI300X is the rest).
+_VENDOR_PREFIXES = ("NVIDIA ", "AMD Instinct ", "AMD Radeon ", "AMD ", "Intel ")
+
+
+def gpu_label(names: list[str]) -> str:
+    """The GPUs of a run in a few characters: ``"H100 80GB HBM3"``, ``"8× MI300X"``,
+    ``"H100 80GB HBM3+A100-SXM4-40GB"`` (names in device order, vendor words left out, a count
+    where a name repeats); ``""`` for a run without GPUs."""
+    counts: dict[str, int] = {}
+    for name in names:
+        short = name.strip()
+        for prefix in _VENDOR_PREFIXES:
+            if short.startswith(prefix) and len(short) > len(prefix):
+                short = short[len(prefix):]
+                break
+        counts[short] = counts.get(short, 0) + 1
+    return "+".join(name if n == 1 else f"{n}× {name}" for name, n in counts.items())
+
+
 def runs(db: Path) -> list[dict[str, Any]]:
-    """Every run, newest first (``gpuscope runs --json``'s rows)."""
+    """Every run, newest first (``gpuscope runs --json``'s rows), each with ``gpu``: its GPUs in
+    a few characters (:func:`gpu_label`), what tells two runs of one name apart."""
     from gpuscope.store import read
 
-    return safe_data(read_store(db, read.list_runs))
+    def both(con: Any) -> list[dict[str, Any]]:
+        rows = read.list_runs(con)
+        gpus = read.run_gpu_names(con)
+        for r in rows:
+            r["gpu"] = gpu_label(gpus.get(int(r["id"]), []))
+        return rows
+
+    return safe_data(read_store(db, both))
+
+
+def analyze_doc(con: Any, run_id: int, top: int | None) -> dict[str, Any]:
+    """``gpuscope analyze --json``'s document of ``run_id``, computed as ``analyze`` computes it
+    (every op and kernel, so that the advice's sums, the host-copy time among them, are the
+    figures ``analyze``, ``--json`` and the report print; the communication block's exposed
+    time and stragglers added), then its ``ops`` and ``kernels`` lists cut to the first ``top``
+    (None: all) for the screen's tables."""
+    from gpuscope.analyzers.breakdown import analyze_run
+    from gpuscope.analyzers.stragglers import add_communication_timing
+
+    doc = analyze_run(con, run_id)
+    tensor_parallel = None
+    spec = (doc.get("model") or {}).get("spec")
+    if spec:
+        from gpuscope.analyzers.modelspec import ModelSpec
+
+        tensor_parallel = getattr(ModelSpec.from_json(spec), "tensor_parallel", None)
+    add_communication_timing(con, run_id, doc, tensor_parallel=tensor_parallel)
+    if top is not None:
+        doc["ops"], doc["kernels"] = doc["ops"][:top], doc["kernels"][:top]
+    return doc
 
 
 def analysis(db: Path, run_id: int, top: int = 50) -> dict[str, Any]:
-    """One run's analysis (``gpuscope analyze --json``'s document)."""
-    from gpuscope.analyzers.breakdown import analyze_run
-
-    return safe_data(read_store(db, lambda con: analyze_run(con, run_id, top=top)))
+    """One run's analysis (``gpuscope analyze --json``'s document, :func:`analyze_doc`)."""
+    return safe_data(read_store(db, lambda con: analyze_doc(con, run_id, top)))
 
 
 #: The telemetry the run screen's timeline shows.
@@ -87,15 +135,14 @@ RUN_TIMELINE_KINDS = ["profiler_window", "mark", "device_lost"]
 
 def run_detail(db: Path, run_id: int | None, top: int = 50) -> dict[str, Any]:
     """What the run screen shows of one run (None: the newest), in one read: ``analysis``
-    (``gpuscope analyze --json``'s document, top ``top`` ops and kernels), and for its timeline
+    (``gpuscope analyze --json``'s document, :func:`analyze_doc`, top ``top`` ops and kernels), and for its timeline
     ``devices``, ``samples`` (power and utilization) and ``annotations`` (windows, marks)."""
-    from gpuscope.analyzers.breakdown import analyze_run
     from gpuscope.store import read
 
     def one(con: Any) -> dict[str, Any]:
         rid = read.resolve_run(con, run_id, db).id
         return {
-            "analysis": analyze_run(con, rid, top=top),
+            "analysis": analyze_doc(con, rid, top),
             "devices": read.devices(con, rid),
             "samples": read.samples(con, rid, RUN_TIMELINE_METRICS),
             "annotations": read.annotation_rows(con, rid, RUN_TIMELINE_KINDS),

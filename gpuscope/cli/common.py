@@ -38,6 +38,17 @@ class _Parser(argparse.ArgumentParser):
         kwargs.setdefault("allow_abbrev", False)
         super().__init__(*args, **kwargs)
 
+    def _check_value(self, action: argparse.Action, value: Any) -> None:
+        # a mistyped command or choice gets the nearest one (`gpuscope anlyze`: did you mean
+        # 'analyze'?) instead of the whole list; argparse's own message where nothing is near
+        if action.choices is not None and value not in action.choices:
+            import difflib
+
+            near = difflib.get_close_matches(str(value), [str(c) for c in action.choices], n=1)
+            if near:
+                raise argparse.ArgumentError(action, f"invalid choice: {value!r}: did you mean {near[0]!r}?")
+        super()._check_value(action, value)
+
     def error(self, message: str) -> None:  # type: ignore[override]
         from ..redact import redact_command
         from ..textsafe import visible

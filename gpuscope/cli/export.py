@@ -1,4 +1,4 @@
-"""`gpuscope export RUN --format parquet|csv --out DIR`: a run's tables as files for notebooks."""
+"""`gpuscope export RUN --format perfetto|chrome|parquet|csv --out PATH`: a run as a timeline or as tables."""
 from __future__ import annotations
 
 import argparse
@@ -6,9 +6,12 @@ import sys
 
 from .common import db_path, finite_float, positive_int, print_json
 
-FLAGS = {"from_s": "--from", "to_s": "--to", "window": "--window"}
+FLAGS = {"from_s": "--from", "to_s": "--to", "window": "--window", "format": "--format"}
+#: Every format the export writes: the timelines first (its headline), then the tables.
+FORMATS = ("perfetto", "chrome", "parquet", "csv")
 
-HELP = "write a run's tables as Parquet or CSV files (one per table, with a README of the columns)"
+HELP = ("write a run as a timeline (perfetto for ui.perfetto.dev, chrome for chrome://tracing) or as tables "
+        "(parquet, csv: one file per table)")
 DESCRIPTION = (
     "Write the run's rows of every table (runs, traces, devices, samples, kernels, ops, annotations, "
     "graph_launches, sampler_stats, run_models) and the analysis per op and per kernel (bound class, percent of roof) "
@@ -49,6 +52,12 @@ def run(args: argparse.Namespace) -> int:
     from ..export.tables import export_tables
     from ..textsafe import visible  # run names come from other people's file names
 
+    if args.format not in FORMATS:
+        from ..errors import ParameterError
+
+        # name them all: the table exporter alone knows only parquet and csv
+        raise ParameterError("format", "unknown format {value} (" + ", ".join(FORMATS[:-1]) + f" or {FORMATS[-1]})",
+                             {"value": repr(args.format)})
     if args.format in ("perfetto", "chrome"):
         from ..export.timeline import export_timeline
 

@@ -12,7 +12,7 @@ DESCRIPTION = (
     "marks give them), the time breakdown, the roofline chart (log-log, the GPU's roofs, ops sized by "
     "time and coloured by bound class, with hover titles), the top ops and kernels with bound and percent "
     "of roof, the telemetry over time with the profiler windows shaded, the advice, and with --compare "
-    "RUN_B the two runs op by op (RUN_B as the baseline). Prints readably and follows dark mode. The file "
+    "RUN_B the two runs op by op (RUN as A, RUN_B as B, as `gpuscope compare RUN RUN_B` shows them). Prints readably and follows dark mode. The file "
     "is written whole (a fresh temporary renamed into place) and owner-only; an existing --out is replaced "
     "only with --force, and never when it is a link, a device, a FIFO or a directory; --out - writes the "
     "page to standard output."
@@ -24,7 +24,7 @@ REPORTS = True
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Add this command's arguments to its sub-parser."""
     parser.add_argument("run", nargs="?", metavar="RUN", help="run id or name (default: the newest run)")
-    parser.add_argument("--compare", metavar="RUN_B", help="also compare with this run (the baseline)")
+    parser.add_argument("--compare", metavar="RUN_B", help="also compare with this run (shown as B, RUN as A: the order of `gpuscope compare RUN RUN_B`)")
     parser.add_argument("--out", required=True, metavar="FILE.html", help="the page to write; - writes it to "
                         "standard output (the summary, text or --json, then goes to standard error)")
     parser.add_argument("--force", action="store_true", help="replace --out when it is a regular file (never a "

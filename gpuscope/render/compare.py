@@ -6,7 +6,7 @@ from typing import Any
 from ..analyzers.coverage import coverage_line
 from .analysis import BOUND_LABEL, bound_label, dims, roof_pct
 from ..textsafe import visible
-from .table import DEFAULT_WIDTH, fmt_us, prose, shorten, table, whole, wrap_prose
+from .table import DEFAULT_WIDTH, fmt_rate, fmt_us, prose, shorten, table, whole, wrap_prose
 
 
 def _ratio(r: float | None) -> str:
@@ -30,8 +30,11 @@ def render_compare(doc: dict[str, Any], top: int = 15, wide: bool = False, width
     rows[-1] = ("matched ops",) + rows[-1][1:]
     out.append(table(["", "A", "B", "B/A"], rows, "lrrr"))
     ra, rb = t["roofline_us"]["a"], t["roofline_us"]["b"]
+    # set off from the totals and named as bound classes (as `analyze` names them): the rows
+    # `compute/memory/latency` under the totals read like the totals' own categories
+    out.append("")
     out.append(table(["compute by bound", "A", "B"],
-                     [(BOUND_LABEL[k], fmt_us(ra.get(k)), fmt_us(rb.get(k))) for k in
+                     [(k.replace("_", "-"), fmt_us(ra.get(k)), fmt_us(rb.get(k))) for k in
                       ("compute_bound", "memory_bound", "cache_bound", "latency_bound", "unknown")
                       if k != "cache_bound" or ra.get(k) or rb.get(k)], "lrr"))
     for side, r in (("A", a), ("B", b)):
@@ -70,4 +73,45 @@ def render_compare(doc: dict[str, Any], top: int = 15, wide: bool = False, width
         out.append(table(["family", "A", "B", "B/A", "B-A"],
                          [(f["family"], fmt_us(f["a_us"]), fmt_us(f["b_us"]), _ratio(f["ratio"]), fmt_us(f["delta_us"]))
                           for f in fam], "lrrrr"))
+    out.extend(_communication(doc.get("communication"), wide, width))
     return wrap_prose(out, None if wide else width)
+
+
+def _pct(v: float | None) -> str:
+    return "-" if v is None else f"{100 * v:.1f}%"
+
+
+def _communication(c: dict[str, Any] | None, wide: bool, width: int) -> list[str]:
+    """The communication comparison (issue 31): where each run loses time in its collectives."""
+    if not isinstance(c, dict):
+        return []
+    out = ["", "Communication (collectives against their GPU-to-GPU link; ratio = B / A)"]
+    t = c["totals"]
+    sides = {"A": c.get("a") or {}, "B": c.get("b") or {}}
+    out.append(table(
+        ["", "A", "B", "B/A"],
+        [("collective time", fmt_us(t["collective_us"]["a"]), fmt_us(t["collective_us"]["b"]),
+          _ratio(t["collective_us"]["ratio"])),
+         ("judged share", _pct(sides["A"].get("judged_share")), _pct(sides["B"].get("judged_share")), ""),
+         ("exposed", fmt_us(t["exposed_us"]["a"]), fmt_us(t["exposed_us"]["b"]), _ratio(t["exposed_us"]["ratio"])),
+         ("link", visible(", ".join(sides["A"].get("links") or []) or "-"),
+          visible(", ".join(sides["B"].get("links") or []) or "-"), ""),
+         ("link roof", ", ".join(fmt_rate(v, "B/s") for v in sides["A"].get("link_bytes_per_s") or []) or "-",
+          ", ".join(fmt_rate(v, "B/s") for v in sides["B"].get("link_bytes_per_s") or []) or "-", "")],
+        "lrrr"))
+    rows = []
+    for r in c["by_collective"]:
+        a, b = r["a"] or {}, r["b"] or {}
+        rows.append((r["collective"], fmt_us(a.get("kernel_us")), fmt_rate(a.get("busbw_bytes_per_s"), "B/s"),
+                     _pct(a.get("pct_of_roof")), fmt_us(a.get("above_roof_us")),
+                     fmt_us(b.get("kernel_us")), fmt_rate(b.get("busbw_bytes_per_s"), "B/s"),
+                     _pct(b.get("pct_of_roof")), fmt_us(b.get("above_roof_us")), _ratio(r["ratio"])))
+    if rows:
+        out.append("")
+        out.append(table(
+            ["collective", "A time", "A busbw", "A roof", "A above roof", "B time", "B busbw", "B roof",
+             "B above roof", "B/A"],
+            rows, "lrrrrrrrrr", width=None if wide else width,
+            drop=("A above roof", "B above roof", "A busbw", "B busbw")))
+        out.append("  roof: percent of the link roof (judged calls); above roof: judged time beyond the time at the roof")
+    return out

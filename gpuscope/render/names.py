@@ -92,6 +92,23 @@ def _common_prefix(a: str, b: str) -> int:
     return i
 
 
+def _around(name: str, at: int, width: int) -> str:
+    """``name`` in ``width`` characters keeping its head and the stretch from ``at`` (where it
+    differs from a name it would otherwise look like) on."""
+    if len(name) <= width:
+        return name
+    start = max(0, at - 2)
+    tail = name[start:]
+    room = width - 1 - len(tail)
+    if room >= 4:
+        return name[:room] + ELLIPSIS + tail
+    head = name[: max(4, width // 3)]
+    rest = width - len(head) - 1
+    if start <= len(head) or rest <= 4:
+        return fit(name, width)
+    return head + ELLIPSIS + fit(tail, rest)
+
+
 def distinct_names(names: Sequence[str], width: int) -> list[str]:
     """One display name per entry of ``names``, each at most ``width`` characters, distinct
     wherever the full names are: simplified first, then, for names that would still look the
@@ -105,6 +122,12 @@ def distinct_names(names: Sequence[str], width: int) -> list[str]:
         if len({names[i] for i in members}) < 2:
             continue
         for i in members:
+            alike = [simple[j] for j in members if names[j] != names[i]]
+            if simple[i] not in alike:
+                # the core names differ (cutlass_80_..._256x64_... and ..._128x128_...): keep the
+                # core name's head and its stretch from where it differs, never the parameter list
+                shown[i] = _around(simple[i], max(_common_prefix(simple[i], o) for o in alike), width)
+                continue
             full = " ".join(names[i].split())
             others = [" ".join(names[j].split()) for j in members if names[j] != names[i]]
             at = max(_common_prefix(full, o) for o in others)
@@ -126,3 +149,33 @@ def distinct_names(names: Sequence[str], width: int) -> list[str]:
             tag = f"#{seen[s]}"
             shown[i] = fit(s, max(1, width - len(tag))) + tag
     return shown
+
+
+def fit_commands(commands: Sequence[str], width: int) -> list[str]:
+    """Command lines in at most ``width`` characters each, keeping what tells runs apart: the
+    program, the script and its arguments. Directories go first (``/tmp/pytest-7/traces/a.json.gz``
+    -> ``…/a.json.gz``: every run's paths share them), then the middle of what is left."""
+    out = []
+    for cmd in commands:
+        if len(cmd) <= width:
+            out.append(cmd)
+            continue
+        words = cmd.split(" ")
+        for i, word in enumerate(words):
+            # the program keeps its own name, an option its key (--out=/a/b/c -> --out=…/c)
+            key, eq, value = word.partition("=") if word.startswith("-") else ("", "", word)
+            if "/" in value.rstrip("/"):
+                base = value.rstrip("/").rsplit("/", 1)[1]
+                short = ELLIPSIS + "/" + base
+                if len(short) < len(value):
+                    words[i] = key + eq + short
+        # the program and its script (the first word after it that is not an option) stay whole
+        # where they leave room; the arguments keep their head and tail
+        script = next((i for i, w in enumerate(words[1:], 1) if w and not w.startswith("-")), 0)
+        head, rest = " ".join(words[:script + 1]), " ".join(words[script + 1:])
+        room = width - len(head) - 1
+        if rest and room >= 8:
+            out.append(head + " " + fit(rest, room))
+        else:
+            out.append(fit(" ".join(words), width))
+    return out

@@ -69,8 +69,13 @@ def _summary(data: dict[str, Any]) -> str:
     dur = None
     if run.get("started_ns") and run.get("ended_ns"):
         dur = (run["ended_ns"] - run["started_ns"]) / 1e3
-    cards = [("duration", _us(dur)), ("GPU busy", _us(sum(doc["time_us"][k] for k in ("compute", "communication", "memory")))),
-             ("GPU idle", _us(doc["time_us"]["idle"]))]
+    cards = [("duration", _us(dur))]
+    if doc.get("gpu_activity", True):
+        cards += [("GPU busy", _us(sum(doc["time_us"][k] for k in ("compute", "communication", "memory")))),
+                  ("GPU idle", _us(doc["time_us"]["idle"]))]
+    else:
+        # a CPU-only trace: "GPU busy 0.0 µs" would read as a GPU that sat idle
+        cards.append(("GPU", "no GPU activity"))
     gen = ((data.get("telemetry") or {}).get("generation") or {})
     if gen.get("tokens_per_s") is not None:
         cards.append(("tokens/s", f"{gen['tokens_per_s']:,.1f}"))
@@ -152,7 +157,13 @@ def _roofline(doc: dict[str, Any]) -> str:
     g.append(f"<text x='{(W + L) / 2}' y='{H - 6}' text-anchor='middle'>arithmetic intensity (FLOP/byte)</text>"
              f"<text x='14' y='{(H - B) / 2}' transform='rotate(-90 14 {(H - B) / 2})' text-anchor='middle'>FLOP/s</text>")
     if bw:
-        for dt, peak in sorted(peaks.items(), key=lambda kv: kv[1]):
+        # equal roofs (an A100's fp64 and fp32 are both 19.5 TFLOP/s) are one line with one label:
+        # two labels at one height draw over each other
+        same: dict[float, list[str]] = {}
+        for dt, peak in peaks.items():
+            same.setdefault(peak, []).append(dt)
+        for peak, names in sorted(same.items()):
+            dt = " = ".join(sorted(names))
             ridge = peak / bw
             xa = max(10**x0, 10 ** y0 / bw)
             g.append(f"<polyline fill='none' stroke='var(--muted)' stroke-width='1.5' points='"
@@ -206,16 +217,34 @@ def _ops_table(doc: dict[str, Any]) -> str:
                     f"<td class='n'>{o.get('count', 0):,}</td><td class='n'>{esc(_us(o.get('kernel_us')))}</td>"
                     f"<td class='n'>{share}</td><td>{esc(o.get('bound'))}</td><td class='n'>{_roof_pct(o)}</td>"
                     f"<td class='n'>{esc(_us(o.get('saved_us')))}</td></tr>")
-    return ("<table><tr><th>op [shapes]</th><th class='n'>calls</th><th class='n'>GPU time</th><th class='n'>share</th>"
+    # a CPU-only trace: the analysis puts the ops' CPU time where GPU time would be (as `analyze` says)
+    key = "GPU time" if doc.get("gpu_activity", True) else "CPU time"
+    return (f"<table><tr><th>op [shapes]</th><th class='n'>calls</th><th class='n'>{key}</th><th class='n'>share</th>"
             "<th>bound</th><th class='n'>of roof</th><th class='n'>saved at roof</th></tr>" + "".join(rows) + "</table>")
 
 
+#: Characters of a kernel's short name in the kernels table (its full name folds out below it).
+KERNEL_NAME_CHARS = 60
+
+
 def _kernels_table(doc: dict[str, Any]) -> str:
-    rows = [f"<tr><td><code>{esc(k['name'])}</code></td><td>{esc(k.get('category'))}</td><td class='n'>{k.get('count', 0):,}</td>"
+    """The top kernels by the short, distinct names ``analyze`` shows (demangled templates run to
+    ten lines a row); the full name in the cell's title and in a collapsible detail."""
+    from .names import distinct_names
+
+    ks = (doc.get("kernels") or [])[:TOP]
+    shorts = distinct_names([str(k["name"]) for k in ks], KERNEL_NAME_CHARS)
+    rows = [f"<tr><td title='{esc(k['name'])}'><details><summary><code>{esc(short)}</code></summary>"
+            f"<code>{esc(k['name'])}</code></details></td><td>{esc(k.get('category'))}</td><td class='n'>{k.get('count', 0):,}</td>"
             f"<td class='n'>{esc(_us(k.get('total_us')))}</td><td>{esc(k.get('bound'))}</td>"
-            f"<td class='n'>{_roof_pct(k)}</td></tr>" for k in (doc.get("kernels") or [])[:TOP]]
+            f"<td class='n'>{_roof_pct(k)}</td></tr>" for k, short in zip(ks, shorts)]
     return ("<table><tr><th>kernel</th><th>category</th><th class='n'>count</th><th class='n'>time</th><th>bound</th>"
             "<th class='n'>of roof</th></tr>" + "".join(rows) + "</table>")
+
+
+def _time_decimals(span_ns: int) -> int:
+    """Decimals of the time axis' seconds: enough that its three ticks differ."""
+    return max(0, min(6, 1 - math.floor(math.log10(max(span_ns / 1e9, 1e-9)))))
 
 
 def _telemetry(data: dict[str, Any]) -> str:
@@ -225,7 +254,11 @@ def _telemetry(data: dict[str, Any]) -> str:
     t0 = min(min(s["ts_ns"]) for s in series if s["ts_ns"])
     t1 = max(max(s["ts_ns"]) for s in series if s["ts_ns"])
     span = max(t1 - t0, 1)
-    W, H = 680, 120  # noqa: N806
+    W, H, L, B = 680, 130, 56, 22  # noqa: N806  (chart geometry: left and bottom margins hold the axes)
+
+    def px(t: int) -> float:
+        return L + (t - t0) / span * (W - L - 10)
+
     out = []
     for s in series:
         for metric, unit, top in (("power_w", "W", None), ("gpu_util", "", 1.0)):
@@ -233,18 +266,34 @@ def _telemetry(data: dict[str, Any]) -> str:
             if len(pts) < 2:
                 continue
             vmax = top or max(v for _, v in pts) * 1.1 or 1.0
-            coords = " ".join(f"{10 + (t - t0) / span * (W - 20):.1f},{H - 15 - v / vmax * (H - 30):.1f}" for t, v in pts)
+
+            def py(v: float, vmax: float = vmax) -> float:
+                return H - B - v / vmax * (H - B - 20)
+
+            def val(v: float, unit: str = unit) -> str:
+                return f"{v:,.1f} {unit}" if unit else _pct(v)
+
+            coords = " ".join(f"{px(t):.1f},{py(v):.1f}" for t, v in pts)
             shade = "".join(
-                f"<rect x='{10 + (a - t0) / span * (W - 20):.1f}' y='5' width='{max((b - a) / span * (W - 20), 1):.1f}' "
-                f"height='{H - 20}' fill='var(--grid)'><title>profiler window</title></rect>"
+                f"<rect x='{px(max(a, t0)):.1f}' y='20' width='{max((min(b, t1) - max(a, t0)) / span * (W - L - 10), 1):.1f}' "
+                f"height='{H - B - 20}' fill='var(--grid)'><title>profiler window</title></rect>"
                 for a, b in data.get("windows") or [] if b >= t0 and a <= t1)
             label = f"{s['key']} {'power' if metric == 'power_w' else 'utilization'}"
-            peak = max(v for _, v in pts)
+            lo, peak = min(v for _, v in pts), max(v for _, v in pts)
+            # axes: the lowest and highest sample on the value axis, seconds from the first sample
+            # on the time axis (a line without them cannot be read)
+            axes = (f"<line class='axis' x1='{L}' y1='20' x2='{L}' y2='{H - B}'/>"
+                    f"<line class='axis' x1='{L}' y1='{H - B}' x2='{W - 10}' y2='{H - B}'/>"
+                    f"<text class='ymax' x='{L - 4}' y='{py(peak) + 4:.1f}' text-anchor='end'>{esc(val(peak))}</text>"
+                    f"<text class='ymin' x='{L - 4}' y='{py(lo) + 4:.1f}' text-anchor='end'>{esc(val(lo))}</text>"
+                    + "".join(f"<text class='tick' x='{px(t0 + f * span):.1f}' y='{H - 6}' text-anchor='{anchor}'>"
+                              f"{f * span / 1e9:,.{_time_decimals(span)}f} s</text>"
+                              for f, anchor in ((0.0, "start"), (0.5, "middle"), (1.0, "end"))))
             out.append(f"<figure><svg class='telemetry' viewBox='0 0 {W} {H}' width='100%' role='img' aria-label='{esc(label)}'>"
-                       f"{shade}<polyline fill='none' stroke='#2b7bba' stroke-width='1.5' points='{coords}'/>"
-                       f"<text x='12' y='14'>{esc(label)} (max {peak:,.1f}{esc(unit) if unit else ''}"
+                       f"{shade}{axes}<polyline fill='none' stroke='#2b7bba' stroke-width='1.5' points='{coords}'/>"
+                       f"<text x='{L + 4}' y='14'>{esc(label)} (max {peak:,.1f}{esc(unit) if unit else ''}"
                        f"{'' if unit else ' = ' + _pct(peak)})</text></svg></figure>")
-    out.append(f"<p class='muted'>{(t1 - t0) / 1e9:,.1f} s of samples; shaded: profiler windows.</p>")
+    out.append(f"<p class='muted'>{(t1 - t0) / 1e9:,.{_time_decimals(span)}f} s of samples; shaded: profiler windows.</p>")
     return "".join(out)
 
 
@@ -274,7 +323,173 @@ def _compare(cmp: dict[str, Any]) -> str:
             only.append(f"<p>Only in {side}: " + ", ".join(f"<code>{esc(o['name'])}</code> ({esc(_us(o['kernel_us']))})"
                                                           for o in ops[:10]) + (" …" if len(ops) > 10 else "") + "</p>")
     return (head + "<table><tr><th>op [shapes]</th><th class='n'>A</th><th class='n'>B</th><th class='n'>B/A</th>"
-            "<th>bound A → B</th></tr>" + "".join(rows) + "</table>" + "".join(only))
+            "<th>bound A → B</th></tr>" + "".join(rows) + "</table>" + "".join(only)
+            + _compare_communication(cmp.get("communication")))
+
+
+# -- communication (issue 31) -----------------------------------------------------------------
+
+COMM_BOUND_COLOURS = {"communication_bound": "#8e44ad", "latency_bound": "#e8a317"}
+#: Chart geometry of the bus-bandwidth chart: width, height, left and bottom margins (px).
+COMM_W, COMM_H, COMM_L, COMM_B = 680, 380, 70, 40
+
+
+def comm_points(doc: dict[str, Any]) -> list[dict[str, Any]]:
+    """The collective signatures the bus-bandwidth chart draws: every entry of the
+    ``communication`` block judged against a link roof (those without one, or flagged
+    ``model_error``, have no honest place under a roof) with a size and a bus bandwidth."""
+    c = doc.get("communication") or {}
+    return [e for e in c.get("entries") or [] if e.get("roof_us") is not None and (e.get("bytes") or 0) > 0
+            and (e.get("busbw_bytes_per_s") or 0) > 0 and (e.get("link_bytes_per_s") or 0) > 0]
+
+
+def _fixed(v: Any, unit: str, digits: int = 1) -> str:
+    return "-" if v is None else f"{float(v):.{digits}f}{esc(unit)}"
+
+
+def _bytes_tick(e: int) -> str:
+    return _si(10.0 ** e, "B")
+
+
+def _comm_chart(doc: dict[str, Any]) -> str:
+    """Bus bandwidth against message size, log-log, one point per judged collective signature,
+    each link's roof a horizontal line (as nccl-tests' curves are read)."""
+    pts = comm_points(doc)
+    if not pts:
+        return "<p class='muted'>No collective judged against a link roof to chart.</p>"
+    roofs = sorted({(str(e.get("link") or "link"), float(e["link_bytes_per_s"])) for e in pts}, key=lambda r: r[1])
+    # an algorithm that moves less than the bus factor over the link (NVLS, one-shot) has its
+    # ceiling, in bus-bandwidth terms, above the link's: busbw at 100 % of its roof
+    ceilings = [float(e["busbw_bytes_per_s"]) / float(e["pct_of_roof"]) for e in pts]
+    xs = [float(e["bytes"]) for e in pts]
+    ys = [float(e["busbw_bytes_per_s"]) for e in pts] + [r[1] for r in roofs] + ceilings
+    x0, x1 = _log_axis(min(xs) / 2, max(xs) * 2)
+    y0, y1 = _log_axis(min(ys) / 2, max(ys) * 2)
+    W, H, L, B = COMM_W, COMM_H, COMM_L, COMM_B  # noqa: N806
+
+    def px(x: float) -> float:
+        return L + (math.log10(x) - x0) / (x1 - x0) * (W - L - 10)
+
+    def py(y: float) -> float:
+        return H - B - (math.log10(y) - y0) / (y1 - y0) * (H - B - 10)
+
+    g = [f"<svg class='busbw' viewBox='0 0 {W} {H}' width='100%' role='img' aria-label='bus bandwidth against message size'>"]
+    for e in range(int(x0), int(x1) + 1):
+        g.append(f"<line class='grid xtick' data-decade='{e}' x1='{px(10**e):.2f}' y1='10' x2='{px(10**e):.2f}' y2='{H - B}'/>"
+                 f"<text x='{px(10**e):.1f}' y='{H - B + 14}' text-anchor='middle'>{esc(_bytes_tick(e))}</text>")
+    for e in range(int(y0), int(y1) + 1):
+        g.append(f"<line class='grid ytick' data-decade='{e}' x1='{L}' y1='{py(10**e):.2f}' x2='{W - 10}' y2='{py(10**e):.2f}'/>"
+                 f"<text x='{L - 4}' y='{py(10**e) + 4:.1f}' text-anchor='end'>{esc(_si(10.0 ** e, 'B/s'))}</text>")
+    g.append(f"<text x='{(W + L) / 2}' y='{H - 6}' text-anchor='middle'>message size (bytes)</text>"
+             f"<text x='14' y='{(H - B) / 2}' transform='rotate(-90 14 {(H - B) / 2})' text-anchor='middle'>"
+             "bus bandwidth (bytes/s)</text>")
+    for label, bw in roofs:
+        text = f"{label} {bw / 1e9:,.4g} GB/s"
+        g.append(f"<line class='roof' data-bytes-per-s='{bw:.6g}' x1='{L}' y1='{py(bw):.2f}' x2='{W - 10}' y2='{py(bw):.2f}' "
+                 f"stroke='var(--muted)' stroke-width='1.5'><title>{esc(text)}: the link roof, one direction</title></line>"
+                 f"<text class='roof-label' x='{W - 12}' y='{py(bw) - 4:.1f}' text-anchor='end'>{esc(text)}</text>")
+    total = sum(float(ent.get("kernel_us") or 0) for ent in pts) or 1.0
+    for i, (ent, ceil) in enumerate(zip(pts, ceilings)):
+        x, y = px(float(ent["bytes"])), py(float(ent["busbw_bytes_per_s"]))
+        if abs(ceil - float(ent["link_bytes_per_s"])) > 0.01 * float(ent["link_bytes_per_s"]):
+            g.append(f"<line class='ceiling' x1='{x - 8:.2f}' y1='{py(ceil):.2f}' x2='{x + 8:.2f}' y2='{py(ceil):.2f}' "
+                     f"stroke='var(--muted)' stroke-dasharray='3 2'><title>{esc(ent.get('algorithm'))} "
+                     f"{esc(ent.get('collective'))} of {esc(ent.get('group_size'))}: its roof in bus bandwidth, "
+                     f"{esc(_si(ceil, 'B/s'))} (it moves a different share of the message over the link)</title></line>")
+        r = 3 + 12 * math.sqrt(float(ent.get("kernel_us") or 0) / total)
+        colour = COMM_BOUND_COLOURS.get(ent.get("bound") or "", BOUND_COLOURS["unknown"])
+        title = (f"{ent.get('kernel')} — {ent.get('algorithm')} {ent.get('collective')} of {ent.get('group_size')}, "
+                 f"{_si(ent.get('bytes'), 'B')} x {ent.get('count')} calls, {_us(ent.get('kernel_us'))}, busbw "
+                 f"{_si(ent.get('busbw_bytes_per_s'), 'B/s')}, {_roof_pct(ent)} of the {ent.get('link')} roof, {ent.get('bound')}")
+        g.append(f"<circle class='cpt' data-entry='{i}' cx='{x:.2f}' cy='{y:.2f}' r='{r:.1f}' fill='{colour}' "
+                 f"fill-opacity='.75' stroke='{colour}'><title>{esc(title)}</title></circle>")
+    g.append("</svg>")
+    legend = " · ".join(f"<span><span class='sw' style='background:{c}'></span>{esc(b)}</span>"
+                        for b, c in COMM_BOUND_COLOURS.items())
+    return ("".join(g) + f"<p class='muted'>{legend} · one point per collective signature (kernel, size, group), "
+            "area ∝ GPU time · bus bandwidth as nccl-tests defines it · dashed: an algorithm's own roof in bus "
+            "bandwidth where it differs from the link's</p>")
+
+
+def _communication(doc: dict[str, Any]) -> str:
+    """The collectives judged against their link, the chart, exposed communication and, with
+    several ranks, the stragglers (the ``communication`` block of ``analyze --json``)."""
+    c = doc.get("communication")
+    if not isinstance(c, dict):
+        return ""
+    total, judged = float(c.get("total_us") or 0), float(c.get("judged_us") or 0)
+    out = [f"<p>{esc(_us(total))} of collectives, {esc(_pct(judged / total) if total > 0 else '-')} of it judged "
+           "against a GPU-to-GPU link roof (docs/roofline.md, \"Collectives\").</p>"]
+    rows = "".join(
+        f"<tr><td>{esc(name)}</td><td class='n'>{esc(b.get('count'))}</td><td class='n'>{esc(_si(b.get('bytes'), 'B'))}</td>"
+        f"<td class='n'>{esc(_us(b.get('kernel_us')))}</td><td class='n'>{esc(_si(b.get('busbw_bytes_per_s'), 'B/s'))}</td>"
+        f"<td>{esc(b.get('link') or '-')}</td><td class='n'>{esc(_si(b.get('link_bytes_per_s'), 'B/s'))}</td>"
+        f"<td class='n'>{esc(_pct(b.get('pct_of_roof')))}</td><td>{esc(b.get('bound'))}</td></tr>"
+        for name, b in (c.get("by_collective") or {}).items())
+    out.append("<table class='collectives'><tr><th>collective</th><th class='n'>calls</th><th class='n'>bytes</th>"
+               "<th class='n'>time</th><th class='n'>bus bandwidth</th><th>link</th><th class='n'>link roof</th>"
+               "<th class='n'>of roof</th><th>bound</th></tr>" + rows + "</table>")
+    out.append(_comm_chart(doc))
+    ex = c.get("exposed")
+    if isinstance(ex, dict):
+        pct = ex.get("overlap_pct")
+        out.append(f"<h3>Exposed communication</h3><p>{esc(_us(ex.get('exposed_us')))} of "
+                   f"{esc(_us(ex.get('communication_us')))} of collective time runs with no compute kernel on another "
+                   f"stream of its device (overlap {'-' if pct is None else f'{pct:.2f}'} %); perfect overlap would "
+                   f"save at most {esc(_us(ex.get('saving_upper_bound_us')))}.</p>")
+        tops = (ex.get("top") or [])[:10]
+        if tops:
+            out.append("<table class='exposed'><tr><th>kernel</th><th>op</th><th>collective</th><th class='n'>size</th>"
+                       "<th class='n'>calls</th><th class='n'>exposed</th><th class='n'>of its time</th></tr>" + "".join(
+                           f"<tr><td><code>{esc(t.get('kernel'))}</code></td><td><code>{esc(t.get('op') or '-')}</code></td>"
+                           f"<td>{esc(t.get('collective') or '-')}</td><td class='n'>{esc(_si(t.get('bytes'), 'B'))}</td>"
+                           f"<td class='n'>{esc(t.get('count'))}</td><td class='n'>{esc(_us(t.get('exposed_us')))}</td>"
+                           f"<td class='n'>{_fixed(t.get('exposed_pct'), ' %')}</td></tr>"
+                           for t in tops) + "</table>")
+    st = c.get("stragglers")
+    if isinstance(st, dict):
+        s = st.get("straggler")
+
+        def rank(r: dict[str, Any]) -> str:
+            return f"rank {r['rank']}" if r.get("rank") is not None else str(r.get("key"))
+
+        out.append(f"<h3>Stragglers</h3><p>{esc(len(st.get('ranks') or []))} ranks, {esc(st.get('instances'))} collective "
+                   f"instances matched ({esc(st.get('unmatched'))} unmatched); the ranks waited "
+                   f"{esc(_us(st.get('total_wait_us')))} in all for the last to arrive. "
+                   + (f"Straggler: <b>{esc(rank(s))}</b> ({esc(s.get('key'))}), {esc(_us(s.get('mean_delay_us')))} after "
+                      f"the others' median start on average; the others waited {esc(_us(s.get('caused_wait_us')))} for it."
+                      if s else "No straggler: every matched collective started together.")
+                   + f" Clocks: {esc((st.get('clock') or {}).get('method'))}</p>")
+        out.append("<table class='stragglers'><tr><th>rank</th><th>host</th><th class='n'>waited</th><th class='n'>latest</th>"
+                   "<th class='n'>caused</th><th class='n'>mean delay</th><th class='n'>clock offset</th></tr>" + "".join(
+                       f"<tr><td>{esc(rank(r))}</td><td>{esc(r.get('host') or '-')}</td><td class='n'>{esc(_us(r.get('wait_us')))}</td>"
+                       f"<td class='n'>{esc(r.get('latest_count'))}</td><td class='n'>{esc(_us(r.get('caused_wait_us')))}</td>"
+                       f"<td class='n'>{esc(_us(r.get('mean_delay_us')))}</td><td class='n'>{esc(_us(r.get('clock_offset_us')))}</td></tr>"
+                       for r in st.get("ranks") or []) + "</table>")
+    return "\n".join(out)
+
+
+def _compare_communication(c: dict[str, Any] | None) -> str:
+    """Per collective kind, each run's time and percent of link roof side by side (issue 31)."""
+    if not isinstance(c, dict):
+        return ""
+    sa, sb = c.get("a") or {}, c.get("b") or {}
+
+    def cell(x: dict[str, Any] | None) -> str:
+        if not x:
+            return "<td class='n'>-</td><td class='n'>-</td><td class='n'>-</td>"
+        return (f"<td class='n'>{esc(_us(x.get('kernel_us')))}</td><td class='n'>{esc(_si(x.get('busbw_bytes_per_s'), 'B/s'))}</td>"
+                f"<td class='n'>{esc(_pct(x.get('pct_of_roof')))}</td>")
+
+    head = (f"<h3>Communication</h3><p>collective time {esc(_us(sa.get('collective_us')))} → {esc(_us(sb.get('collective_us')))}"
+            f" · exposed {esc(_us(sa.get('exposed_us')))} → {esc(_us(sb.get('exposed_us')))} · links: "
+            f"{esc(', '.join(sa.get('links') or []) or '-')} → {esc(', '.join(sb.get('links') or []) or '-')}</p>")
+    rows = "".join(f"<tr><td>{esc(r['collective'])}</td>{cell(r.get('a'))}{cell(r.get('b'))}"
+                   f"<td class='n'>{_fixed(r.get('ratio'), 'x', 2)}</td></tr>"
+                   for r in c.get("by_collective") or [])
+    return (head + "<table class='comm-compare'><tr><th>collective</th><th class='n'>A time</th><th class='n'>A busbw</th>"
+            "<th class='n'>A of roof</th><th class='n'>B time</th><th class='n'>B busbw</th><th class='n'>B of roof</th>"
+            "<th class='n'>B/A</th></tr>" + rows + "</table>")
 
 
 def render_report(data: dict[str, Any]) -> str:
@@ -294,7 +509,9 @@ def render_report(data: dict[str, Any]) -> str:
         "<h2>Where the GPU time went</h2>", _breakdown(doc),
         "<h2>Roofline</h2>", _roofline(doc), _coverage(doc),
         "<h2>Top ops</h2>", _ops_table(doc),
-        "<h2>Top kernels</h2>", _kernels_table(doc),
+        *(("<h2>Top kernels</h2>", _kernels_table(doc)) if doc.get("kernels") else ()),
+        # the collectives against their link (issue 31): only for a run that has some
+        *(("<h2>Communication</h2>", _communication(doc)) if isinstance(doc.get("communication"), dict) else ()),
         "<h2>Telemetry</h2>", _telemetry(data),
         "<h2>Advice</h2>", _advice(doc),
     ]

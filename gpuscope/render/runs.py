@@ -4,6 +4,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..redact import redact_command
+from .names import fit_commands
 from .table import DEFAULT_WIDTH, fmt_ns_time, fmt_us, shorten, table
 
 
@@ -18,7 +19,7 @@ def render_runs(runs: list[dict[str, Any]], width: int = DEFAULT_WIDTH) -> str:
                      fmt_ns_time(r["started_ns"]), fmt_us(dur), r["samples"], r["kernels"], r["ops"],
                      "-" if r["exit_code"] is None else r["exit_code"], redact_command(r["command"])))
     # what identifies a run stays; counts go first when the terminal is narrow; the command
-    # keeps its head and tail (the program and the file), cut in the middle
+    # keeps the program, the script and its arguments (directories go first, then the middle)
     return table(["id", "name", "status", "source", "started", "duration", "samples", "kernels", "ops", "exit",
                   "command"], rows, "rllllrrrrrl", width=width, drop=("samples", "ops", "kernels", "source", "exit", "duration"),
-                 flex="command")
+                 flex="command", flex_fit=fit_commands)

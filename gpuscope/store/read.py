@@ -83,6 +83,18 @@ def list_runs(con: duckdb.DuckDBPyConnection) -> list[dict[str, Any]]:
     return out
 
 
+def run_gpu_names(con: duckdb.DuckDBPyConnection) -> dict[int, list[str]]:
+    """Every run's GPU names (else spec key, else device key) in device-id order, by run id: one
+    query, for the TUI's runs screen, which tells two runs of one name apart by their GPUs."""
+    rows = con.execute(
+        "SELECT run_id, coalesce(name, spec_key, key) FROM devices "
+        "WHERE kind IS NULL OR kind = 'gpu' ORDER BY run_id, device_id").fetchall()
+    out: dict[int, list[str]] = {}
+    for run_id, name in rows:
+        out.setdefault(int(run_id), []).append(str(name))
+    return out
+
+
 def find_ingested_run(con: duckdb.DuckDBPyConnection, inputs_digest: str) -> RunRef | None:
     """The newest complete run ingested from trace files whose contents have ``inputs_digest``
     (what ``analyze PATH`` uses to reuse a run instead of ingesting the same files again)."""

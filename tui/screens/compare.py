@@ -185,7 +185,25 @@ class CompareScreen(GpuscopeScreen):
     BINDINGS = [
         Binding("escape", "back", "back to runs"),
         Binding("s", "cycle_sort", "sort"),
+        # priority: the focused table would take ←/→ to scroll sideways (its columns are fitted
+        # to the terminal, so there is nothing to its side)
+        Binding("left", "switch_tab(-1)", "tab", key_display="←", priority=True),
+        Binding("right", "switch_tab(1)", "tab", key_display="→", priority=True),
     ]
+
+    #: the tabs in the order ←/→ walk through them
+    TAB_ORDER = ("matched", "only_a", "only_b", "families", "totals")
+
+    def action_switch_tab(self, step: int) -> None:
+        """←/→: the previous or next tab (round), its table focused."""
+        tabs = self.query_one("#compare-tabs", TabbedContent)
+        if not tabs.display:
+            return
+        i = self.TAB_ORDER.index(self.active_table()) if self.active_table() in self.TAB_ORDER else 0
+        name = self.TAB_ORDER[(i + step) % len(self.TAB_ORDER)]
+        tabs.active = f"tab-{name}"
+        self.query_one(f"#{self.tables[name].table_id}", DataTable).focus()
+        self._show_detail()
 
     def __init__(self) -> None:
         super().__init__()

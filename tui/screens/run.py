@@ -60,10 +60,21 @@ def op_cells(o: dict[str, Any], whole_us: float, name_w: int = NAME_W) -> tuple[
             fmt_us(o.get("saved_us")))
 
 
-def kernel_cells(k: dict[str, Any], whole_us: float, name_w: int = NAME_W) -> tuple[str, ...]:
+def kernel_cells(k: dict[str, Any], whole_us: float, name_w: int = NAME_W, shown: str | None = None) -> tuple[str, ...]:
+    """A kernel's row; ``shown``: its name as the table shows it (:func:`kernel_names`), else
+    the name cut to ``name_w``."""
     us = float(k.get("total_us") or 0.0)
-    return (shorten(k["name"], name_w), fmt_us(us), fmt_pct(us, whole_us).strip(), bound_label(k),
+    return (shown if shown is not None else shorten(k["name"], name_w), fmt_us(us), fmt_pct(us, whole_us).strip(), bound_label(k),
             roof_pct(k), fmt_us(k.get("saved_us")))
+
+
+def kernel_names(kernels: Sequence[dict[str, Any]], name_w: int) -> list[str]:
+    """The kernels' names in ``name_w`` characters, distinct wherever the full names are: the
+    short names ``gpuscope analyze`` prints (``render.names.distinct_names``), not one cut
+    prefix that two cutlass kernels share."""
+    from gpuscope.render.names import distinct_names
+
+    return distinct_names([str(k["name"]) for k in kernels], name_w)
 
 
 def plain_cell(value: str) -> Text:
@@ -130,8 +141,38 @@ class RunScreen(GpuscopeScreen):
     BINDINGS = [
         Binding("escape", "back", "runs"),
         Binding("s", "cycle_sort", "sort"),
-        Binding("p", "profile_window", "profile now"),
+        Binding("p", "profile_window", "profile"),
+        # every section by a key: the plot, telemetry and advice sit below the tables, out of
+        # sight at 80x24, and were reachable with the mouse wheel only
+        Binding("o", "section('ops')", "ops"),
+        Binding("k", "section('kernels')", "kernels"),
+        Binding("r", "section('roofline')", "roof"),
+        Binding("n", "section('communication')", "comm"),
+        Binding("t", "section('telemetry')", "telem"),
+        Binding("a", "section('advice')", "advice"),
     ]
+
+    #: section name: (the heading scrolled to the top, the widget focused: a table takes ↑/↓
+    #: for its rows, the body scrolls with ↑/↓/PgUp/PgDn)
+    SECTIONS = {
+        "ops": ("#ops-heading", "#run-ops"),
+        "kernels": ("#kernels-heading", "#run-kernels"),
+        "roofline": ("#roof-heading", "#run-body"),
+        "communication": ("#comm-heading", "#run-body"),
+        "telemetry": ("#timeline-heading", "#run-body"),
+        "advice": ("#advice-heading", "#run-body"),
+    }
+
+    def action_section(self, name: str) -> None:
+        """Scroll section ``name`` to the top of the body and focus it (a run without GPU
+        activity has no kernels or roofline: the key does nothing there)."""
+        heading_id, focus_id = self.SECTIONS[name]
+        heading = self.query_one(heading_id)
+        body = self.query_one("#run-body", VerticalScroll)
+        if not body.display or not heading.display:
+            return
+        self.query_one(focus_id).focus()
+        body.scroll_to_widget(heading, top=True, animate=False)
 
     DEFAULT_CSS = """
     #run-body { height: 1fr; }
@@ -149,6 +190,8 @@ class RunScreen(GpuscopeScreen):
         self.plot_kind = "ops"
         self.message = "loading…"
         self._seq = 0  # the newest read; an older one that finishes late is dropped
+        #: the width the kernels table's names were fitted to
+        self.kernel_name_w = 0
 
     def compose(self) -> ComposeResult:
         color = not self.app.no_color
@@ -166,12 +209,16 @@ class RunScreen(GpuscopeScreen):
             yield Static("Roofline", id="roof-heading", markup=False, classes="heading")
             yield RooflinePlot(color=color, id="run-roofline")
             yield Static("", id="roof-note", markup=False, classes="note")
+            yield Static("Communication", id="comm-heading", markup=False, classes="heading")
+            yield Static("", id="run-comm", markup=False)
             yield Static("Telemetry", id="timeline-heading", markup=False, classes="heading")
             yield Timeline(color=color, id="run-timeline")
             yield Static("", id="timeline-note", markup=False, classes="note")
             yield Static("Advice and notes", id="advice-heading", markup=False, classes="heading")
             yield Static("", id="run-advice", markup=False)
-        yield Footer()
+        # compact and without Textual's palette key (^p still opens it): the section keys with
+        # the others fit 80 columns
+        yield Footer(compact=True, show_command_palette=False)
 
     def on_mount(self) -> None:
         self._set_visible(False)
@@ -182,6 +229,7 @@ class RunScreen(GpuscopeScreen):
         self.query_one(RooflinePlot).styles.height = max(8, min(24, self.size.height - 6))
         if self.doc is not None and self.size.width != getattr(self, "_name_w", None):
             self._fill_tables()
+            self._show_communication()
 
     # ---------------------------------------------------------------- reading (a worker)
 
@@ -271,6 +319,7 @@ class RunScreen(GpuscopeScreen):
         self._fill_tables()
         self._show_plot("ops")
         self._show_timeline(detail)
+        self._show_communication()
         self._show_advice(doc)
         self._set_visible(True)
         recording = run.get("status") == "recording"
@@ -315,8 +364,15 @@ class RunScreen(GpuscopeScreen):
             table.add_columns(*headers)
             items = doc[kind]
             name_w = name_width(width, [cells(item, whole, 1) for item in items], headers)
+            shown = None
+            if kind == "kernels":
+                self.kernel_name_w = name_w
+                shown = kernel_names(items, name_w)
             for key in sorted_keys(items, kind, self.sort):
-                table.add_row(*(plain_cell(c) for c in cells(items[int(key.split(":")[1])], whole, name_w)), key=key)
+                i = int(key.split(":")[1])
+                row = (kernel_cells(items[i], whole, name_w, shown[i]) if shown is not None
+                       else cells(items[i], whole, name_w))
+                table.add_row(*(plain_cell(c) for c in row), key=key)
             if keep is not None and keep in table.rows:
                 table.move_cursor(row=table.get_row_index(keep))
         by = SORTS[self.sort][0]
@@ -367,6 +423,23 @@ class RunScreen(GpuscopeScreen):
         else:
             kinds = sorted({a.kind for a in detail["annotations"]})
             note.update("═ profiler window  ▼ mark" + (f" ({', '.join(kinds)})" if kinds else " (none in this run)"))
+
+    def _show_communication(self) -> None:
+        """The run's collectives judged against their link, the exposed communication and, with
+        several ranks, the straggler: ``analyze``'s Communication section (the same document
+        block, from analyzers/comm.py, overlap.py and stragglers.py, drawn by the same
+        function); hidden for a run without collectives."""
+        from gpuscope.render.communication import communication_lines
+
+        doc = self.doc or {}
+        lines = communication_lines(doc, max(40, (self.size.width or 80) - 4))
+        shown = bool(lines)
+        self.query_one("#comm-heading", Static).display = shown
+        body = self.query_one("#run-comm", Static)
+        body.display = shown
+        if shown:
+            # the first two lines are the text report's blank line and heading: ours is above
+            body.update(safe_text("\n".join(lines[2:]).strip("\n"), layout=True))
 
     def _show_advice(self, doc: dict[str, Any]) -> None:
         lines = [f"• {a['message']}" for a in doc.get("advice") or ()]

@@ -2,9 +2,10 @@
 
 Every few seconds a worker reads ``gpuscope runs``' rows (``tui/data.runs``, one short
 read-only connection) so that a run another ``gpuscope run`` is still recording updates as it
-goes; only the cells that changed are rewritten. ``/`` filters by typing (name, status, source,
+goes; only the cells that changed are rewritten. ``/`` filters by typing (name, GPU, status, source,
 command), ``s`` cycles the sort column (a click on a header sorts by it, a second click turns
-it round), Enter or a click on the selected row opens the run, ``c`` marks it for compare.
+it round), Enter or a click on the selected row opens the run, ``c`` marks it for compare (the status line
+names each mark by id, name and GPU: two runs of one model on two GPUs share a name).
 Filter and sort see every run; the table holds the first ``ROWS_PAGE`` of them and the next
 page when the cursor reaches its last row.
 """
@@ -109,6 +110,7 @@ RUN_COLUMNS = (
     Column("mark", " ", sort=None),
     Column("id", "id", "r", lambda r: r["id"], True),
     Column("name", "name", "l", lambda r: str(r["name"]).lower()),
+    Column("gpu", "gpu", "l", lambda r: str(r.get("gpu") or "").lower()),
     Column("status", "status", "l", lambda r: r["status"]),
     Column("source", "source", "l", lambda r: r["source"] or ""),
     Column("started", "started", "l", lambda r: r["started_ns"] or 0, True),
@@ -120,9 +122,9 @@ RUN_COLUMNS = (
     Column("exit", "exit", "r", lambda r: -1 if r["exit_code"] is None else r["exit_code"], True),
 )
 #: what goes first when the terminal is narrow (what identifies a run stays)
-RUN_DROP = ("samples", "devices", "exit", "ops", "source", "kernels", "duration", "started")
+RUN_DROP = ("samples", "devices", "exit", "ops", "source", "kernels", "duration", "started", "status")
 #: the order ``s`` walks through: None is the store's (newest first)
-SORT_CYCLE: tuple[str | None, ...] = (None, "name", "status", "source", "started", "duration", "devices",
+SORT_CYCLE: tuple[str | None, ...] = (None, "name", "gpu", "status", "source", "started", "duration", "devices",
                                       "kernels", "ops", "exit", "id")
 
 
@@ -132,7 +134,8 @@ def run_cells(r: dict[str, Any], marks: list[int], wide: bool, now_ns: int) -> d
     if r["id"] in marks:
         mark = "AB"[marks.index(r["id"])]
     return {
-        "mark": mark, "id": r["id"], "name": r["name"], "status": r["status"], "source": r["source"],
+        "mark": mark, "id": r["id"], "name": r["name"], "gpu": shorten(str(r.get("gpu") or "-"), 24), "status": r["status"],
+        "source": r["source"],
         "started": _started(r["started_ns"], wide), "duration": fmt_us(_duration_us(r, now_ns)),
         "devices": r["devices"], "kernels": r["kernels"], "ops": r["ops"], "samples": r["samples"],
         "exit": "-" if r["exit_code"] is None else r["exit_code"],
@@ -140,11 +143,21 @@ def run_cells(r: dict[str, Any], marks: list[int], wide: bool, now_ns: int) -> d
 
 
 def run_matches(r: dict[str, Any], needle: str) -> bool:
-    """Whether the filter text is in the run's name, status, source or command."""
+    """Whether the filter text is in the run's name, GPUs, status, source or command."""
     needle = needle.strip().lower()
     if not needle:
         return True
-    return any(needle in str(r.get(k) or "").lower() for k in ("name", "status", "source", "command"))
+    return any(needle in str(r.get(k) or "").lower() for k in ("name", "gpu", "status", "source", "command"))
+
+
+def mark_label(run_id: int, rows: Sequence[dict[str, Any]]) -> str:
+    """A run marked for compare as the status line names it: id, name and GPUs (two runs of one
+    model on two GPUs share a name: the id and the GPU tell them apart)."""
+    r = next((r for r in rows if r["id"] == run_id), None)
+    if r is None:
+        return str(run_id)
+    gpu = f" on {r['gpu']}" if r.get("gpu") else ""
+    return f"{run_id} '{shorten(str(r['name']), 24)}'{gpu}"
 
 
 class RunsRead(Message, bubble=False):
@@ -202,7 +215,7 @@ class RunsScreen(GpuscopeScreen):
     def compose(self) -> ComposeResult:
         self.sub_title = "runs"
         yield Header()
-        yield Input(placeholder="filter: name, status, source or command (Esc clears)", id="runs-filter")
+        yield Input(placeholder="filter: name, GPU, status, source or command (Esc clears)", id="runs-filter")
         yield Static("reading the store…", id="runs-status", classes="status")
         table: DataTable[Any] = DataTable(id="runs-table", cursor_type="row", zebra_stripes=True)
         yield table
@@ -353,7 +366,8 @@ class RunsScreen(GpuscopeScreen):
             parts.append(f"filter '{safe_text(self.filter_text)}'")
         parts.append(f"sorted by {self.sort_key or 'newest'}{' (reversed)' if self.sort_reverse else ''}")
         if marks:
-            parts.append("compare: " + " vs ".join(str(m) for m in marks) + ("" if len(marks) == 2 else " (c marks B)"))
+            parts.append("compare: " + " vs ".join(f"{'AB'[i]} {mark_label(m, self.rows)}" for i, m in enumerate(marks))
+                         + ("" if len(marks) == 2 else " (c marks B)"))
         if self.store_message:
             parts.insert(0, self.store_message)
         status.update(Text(" · ".join(parts)))
