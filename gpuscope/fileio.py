@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import errno
 import hashlib
+import json
 import os
 import re
 import secrets
@@ -144,6 +145,38 @@ def read_regular(path: Path | str, what: str, max_bytes: int) -> bytes:
 
         raise InputError(visible(str(path)), f"is larger than {max_bytes // 2**20} MiB: not a {what}")
     return data
+
+
+def read_jsonl(path: Path | str, *, live: bool = False) -> list[dict[str, Any]]:
+    """The JSON objects of a ``.jsonl`` file that a program writes (a run folder's marks,
+    windows, events, samples), one a line. A line that is not one (cut short by a killed writer)
+    is passed over; ``live``: the part after the last newline is still being written and is
+    left for the next read. Never follows a link and never blocks: a link, a FIFO, a folder or a
+    missing file in its place reads as no lines (the run is still stored, without them)."""
+    flags = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_NONBLOCK", 0)
+    try:
+        fd = os.open(path, flags)
+    except OSError:
+        return []
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return []
+        with os.fdopen(fd, "rb", closefd=False) as f:
+            data = f.read()
+    except OSError:
+        return []
+    finally:
+        os.close(fd)
+    lines = data.split(b"\n")
+    out: list[dict[str, Any]] = []
+    for raw in lines[:-1] if live else lines:
+        try:
+            v = json.loads(raw)
+        except ValueError:
+            continue
+        if isinstance(v, dict):
+            out.append(v)
+    return out
 
 
 def _host_tag() -> str:

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..errors import GpuscopeError, InputError, StoreBusyError
+from ..fileio import read_jsonl
 from ..textsafe import visible
 from . import contract
 
@@ -200,24 +201,6 @@ def _owner_alive(pid: Any) -> bool:
     return True
 
 
-def _read_jsonl(path: Path) -> list[dict[str, Any]]:
-    """The JSON objects of a ``.jsonl`` file of the run folder, one a line; a line that is not
-    one (a half-written last line of a killed writer) is passed over, a missing file is none."""
-    try:
-        text = path.read_text(errors="replace")
-    except OSError:
-        return []
-    out = []
-    for line in text.splitlines():
-        try:
-            v = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(v, dict):
-            out.append(v)
-    return out
-
-
 def _samples_table(samples: list[dict[str, Any]], run_id: int, device_ids: dict[str, int]) -> Any:
     """The samples as an Arrow table in the columns of the store's ``samples`` table."""
     import pyarrow as pa
@@ -303,8 +286,8 @@ def store_run_folder(db: Path | str, run_dir: Path | str, retry_s: float = STORE
         status = doc.get("status") if doc.get("state") == "finished" else runs.INCOMPLETE
         if status not in runs.FINAL_STATUSES:
             status = runs.INCOMPLETE
-        devices = _read_jsonl(run_dir / DEVICES_FILE)
-        samples = _read_jsonl(run_dir / SAMPLES_FILE)
+        devices = read_jsonl(run_dir / DEVICES_FILE)
+        samples = read_jsonl(run_dir / SAMPLES_FILE)
         started_ns = doc.get("started_ns") if isinstance(doc.get("started_ns"), int) else None
         ended_ns = doc.get("ended_ns") if isinstance(doc.get("ended_ns"), int) else None
         if ended_ns is None:  # its gpuscope died: the run ends at its last sample
@@ -355,7 +338,7 @@ def store_run_folder(db: Path | str, run_dir: Path | str, retry_s: float = STORE
                 ingest.ingest(db, traces, into_run=run_id)
             except GpuscopeError as exc:
                 notes.append(f"could not ingest the traces: {exc}")
-        rows = annotation_rows(_read_jsonl(run_dir / contract.WINDOWS_FILE), _read_jsonl(run_dir / contract.MARKS_FILE))
+        rows = annotation_rows(read_jsonl(run_dir / contract.WINDOWS_FILE), read_jsonl(run_dir / contract.MARKS_FILE))
         with store.writing(db, retry_s=retry_s) as con:
             if rows:
                 telemetry.insert_annotations(con, run_id, rows)

@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import InputError
+from ..fileio import read_jsonl
 from . import contract
 
 __all__ = ["GPU_PROCESSES_FILE", "Answers", "ArmedProcess", "GpuProcesses", "ask_window", "WindowRequest", "armed_processes",
@@ -122,30 +123,8 @@ def write_request(run_dir: Path, request: WindowRequest) -> None:
 
 
 def _read_jsonl(path: Path) -> list[dict[str, Any]]:
-    """The file's JSON objects, one a line; a line being written (no newline yet, or cut) is
-    left for the next read, a file that cannot be read gives none."""
-    try:
-        fd = os.open(path, os.O_RDONLY | _NOFOLLOW | _CLOEXEC | _NONBLOCK)
-    except OSError:
-        return []
-    try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            return []
-        with os.fdopen(fd, "rb", closefd=False) as f:
-            data = f.read()
-    except OSError:
-        return []
-    finally:
-        os.close(fd)
-    out = []
-    for raw in data.split(b"\n")[:-1]:  # the part after the last newline is still being written
-        try:
-            v = json.loads(raw)
-        except ValueError:
-            continue
-        if isinstance(v, dict):
-            out.append(v)
-    return out
+    # the processes are writing: a line without its newline yet is left for the next read
+    return read_jsonl(path, live=True)
 
 
 def _int(v: Any) -> int | None:

@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..errors import GpuscopeError, InputError, ParameterError, StoreBusyError
+from ..fileio import read_jsonl as _read_jsonl
 from ..paths import user_umask
 from ..redact import redact_argv, redact_command
 from ..textsafe import raw_stream, visible
@@ -651,24 +652,6 @@ def _status(sampler: Sampler, live: LiveBuffer, started_ns: int) -> str:
             bits.append(f"{power:4.0f} W")
         parts.append(" ".join(bits))
     return visible(" | ".join(parts))
-
-
-def _read_jsonl(path: Path) -> list[dict[str, Any]]:
-    # The program may have removed or replaced the run directory's files (a folder in place of
-    # marks.jsonl): the run is still stored with the program's exit code, without them.
-    try:
-        text = path.read_text(errors="replace")
-    except OSError:
-        return []
-    out = []
-    for line in text.splitlines():
-        try:
-            v = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(v, dict):
-            out.append(v)
-    return out
 
 
 @contextmanager
