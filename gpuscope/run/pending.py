@@ -190,15 +190,9 @@ def annotation_rows(windows: list[dict[str, Any]], marks: list[dict[str, Any]]) 
 
 
 def _owner_alive(pid: Any) -> bool:
-    if not isinstance(pid, int) or isinstance(pid, bool) or pid <= 0:
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except OSError:  # alive under another user
-        return True
-    return True
+    from .requests import pid_alive
+
+    return isinstance(pid, int) and not isinstance(pid, bool) and pid > 0 and pid_alive(pid)
 
 
 def _samples_table(samples: list[dict[str, Any]], run_id: int, device_ids: dict[str, int]) -> Any:
