@@ -550,6 +550,9 @@ def attribute(con: duckdb.DuckDBPyConnection, run_id: int, roofs: dict[int, Devi
             fam = kernel_family(name)
             k = kern[name] = {"bound_us": defaultdict(float), "confidence_us": defaultdict(float),
                               "flops": 0.0, "bytes": 0.0, "has_flops": False, "has_bytes": False,
+                              # the time of the instances that have a FLOP (byte) estimate: the
+                              # achieved rates divide by it, not by all of the kernel's time
+                              "flops_us": 0.0, "bytes_us": 0.0,
                               "roof_us": 0.0, "roofed_us": 0.0, "family": fam.family,
                               "attribution": defaultdict(int), "reasons": defaultdict(float),
                               # the judged part, for re-judging work measured above its roof
@@ -560,9 +563,11 @@ def attribute(con: duckdb.DuckDBPyConnection, run_id: int, roofs: dict[int, Devi
             work = _work_flops(cost)
             if work is not None:
                 k["flops"] += work * shares
+                k["flops_us"] += dur_us
                 k["has_flops"] = True
             if cost.bytes is not None:
                 k["bytes"] += cost.bytes * shares
+                k["bytes_us"] += dur_us
                 k["has_bytes"] = True
             if v.roof_us is not None:
                 k["roof_us"] += v.roof_us * shares
@@ -617,6 +622,9 @@ def attribute(con: duckdb.DuckDBPyConnection, run_id: int, roofs: dict[int, Devi
             "family": k["family"],
             "flops": k["flops"] if k["has_flops"] else None,
             "bytes": k["bytes"] if k["has_bytes"] else None,
+            # over the instances whose op has a cost estimate (null: none has one)
+            "achieved_flops_per_s": k["flops"] / (k["flops_us"] / 1e6) if k["has_flops"] and k["flops_us"] > 0 else None,
+            "achieved_bytes_per_s": k["bytes"] / (k["bytes_us"] / 1e6) if k["has_bytes"] and k["bytes_us"] > 0 else None,
             "bound_us": {b: t for b, t in k["bound_us"].items()},
             "roof_us": roof_us,
             "pct_of_roof": pct,

@@ -213,6 +213,31 @@ def device_list(con: duckdb.DuckDBPyConnection, run_id: int) -> list[dict[str, A
     return [dict(zip(cols, r)) for r in rows]
 
 
+#: The keys of every ``kernels`` entry of the analysis, in this order (docs/analysis.md): each
+#: entry carries all of them, null where the analysis does not know the value for that kernel
+#: (a collective has no roof time, a compute kernel no copy direction), so that a consumer never
+#: needs to tell a missing key from an unknown value.
+KERNEL_KEYS = ("name", "kind", "category", "count", "total_us", "mean_us", "min_us", "max_us", "devices", "with_op",
+               "bound", "confidence", "reason", "family", "flops", "bytes", "achieved_flops_per_s",
+               "achieved_bytes_per_s", "bound_us", "roof_us", "pct_of_roof", "saved_us", "model_error", "cache",
+               "attribution", "twin", "direction", "link")
+
+#: The keys of every ``ops`` entry of the analysis, in this order (docs/analysis.md); null where
+#: unknown (an op without a cost model, every op of a CPU-only trace has no roof).
+OP_KEYS = ("name", "input_dims", "input_types", "count", "flops", "flops_executed", "bytes", "kernel_us", "cpu_us",
+           "kernels", "bound", "confidence", "reason", "link", "dtype", "model", "kind", "intensity_flop_per_byte",
+           "ridge_flop_per_byte", "achieved_flops_per_s", "achieved_bytes_per_s", "pct_of_roof", "roof_us",
+           "saved_us", "host_copy_us", "host_copy_bytes", "model_error", "cache")
+
+
+def _shaped(entry: dict[str, Any], keys: Sequence[str]) -> dict[str, Any]:
+    """``entry`` with every one of ``keys``, in their order, a key it lacks null; any other key
+    it has follows them (tests/test_docs_claims.py fails on such a key until it is documented)."""
+    shaped = {key: entry.get(key) for key in keys}
+    shaped.update((k, v) for k, v in entry.items() if k not in shaped)
+    return shaped
+
+
 def _merge_kernels(kernels: list[dict[str, Any]], att: dict[str, Any] | None) -> None:
     for k in kernels:
         a = att["kernels"].get(k["name"]) if att and k["category"] == "compute" else None
@@ -229,6 +254,7 @@ def _merge_kernels(kernels: list[dict[str, Any]], att: dict[str, Any] | None) ->
             else:
                 k.update(bound="memory_bound", confidence="none", family="memory",
                          reason="memcpy / memset activity: not part of compute time")
+    kernels[:] = [_shaped(k, KERNEL_KEYS) for k in kernels]
 
 
 def _merge_ops(ops: list[tuple[tuple[str, str | None, str | None], dict[str, Any]]], att: dict[str, Any] | None,
@@ -249,6 +275,7 @@ def _merge_ops(ops: list[tuple[tuple[str, str | None, str | None], dict[str, Any
             if cost is not None:
                 o.update(flops=cost.flops, bytes=cost.bytes, dtype=cost.dtype, model=cost.model, kind=cost.kind)
             o.update(bound="unknown", confidence="none", reason="no GPU activity: nothing to judge against a GPU roof")
+    ops[:] = [(key, _shaped(o, OP_KEYS)) for key, o in ops]
 
 
 def analyze_run(con: duckdb.DuckDBPyConnection, run_id: int, top: int | None = None, roof: str = "spec",

@@ -80,6 +80,16 @@ METRICS: tuple[Metric, ...] = (
     Metric("remapped_rows_uncorrected", "BIGINT", "Memory rows remapped for uncorrectable errors over the GPU's life (NVML remapped rows; kept in the InfoROM)", "gpuscope.gpu.memory.remapped_rows", "{row}"),
     Metric("row_remap_pending", "INTEGER", "1 while a row remapping waits for the next GPU reset, else 0 (NVML remapped rows)", "gpuscope.gpu.memory.row_remap.pending", "1"),
     Metric("row_remap_failed", "INTEGER", "1 once a row remapping has failed (the GPU needs service), else 0 (NVML remapped rows)", "gpuscope.gpu.memory.row_remap.failed", "1"),
+    # Schema version 10: the host's CPU time by mode (OpenTelemetry's cpu.mode), each the
+    # fraction of all logical CPUs' time in that mode since the previous tick (the modes sum to
+    # 1; collectors/host.py cpu_mode_fractions). NULL where the platform has no such mode.
+    Metric("host_cpu_user_util", "DOUBLE", "Fraction of all host CPU time spent in user mode since the previous tick (cpu.mode=user; Linux counts guests' time here)", "system.cpu.utilization", "1", scope="host"),
+    Metric("host_cpu_system_util", "DOUBLE", "Fraction of all host CPU time spent in the kernel since the previous tick, interrupts apart (cpu.mode=system)", "system.cpu.utilization", "1", scope="host"),
+    Metric("host_cpu_nice_util", "DOUBLE", "Fraction of all host CPU time spent in user mode at low priority (niced) since the previous tick (cpu.mode=nice)", "system.cpu.utilization", "1", scope="host"),
+    Metric("host_cpu_idle_util", "DOUBLE", "Fraction of all host CPU time idle since the previous tick, I/O wait apart (cpu.mode=idle)", "system.cpu.utilization", "1", scope="host"),
+    Metric("host_cpu_iowait_util", "DOUBLE", "Fraction of all host CPU time idle with I/O outstanding since the previous tick (cpu.mode=iowait; Linux)", "system.cpu.utilization", "1", scope="host"),
+    Metric("host_cpu_interrupt_util", "DOUBLE", "Fraction of all host CPU time servicing interrupts since the previous tick: hard and soft IRQs (Linux irq + softirq; Windows interrupt + DPC) (cpu.mode=interrupt)", "system.cpu.utilization", "1", scope="host"),
+    Metric("host_cpu_steal_util", "DOUBLE", "Fraction of all host CPU time stolen by the hypervisor for other guests since the previous tick (cpu.mode=steal; Linux)", "system.cpu.utilization", "1", scope="host"),
 )
 
 METRIC_NAMES: tuple[str, ...] = tuple(m.name for m in METRICS)

@@ -5,7 +5,9 @@ import gzip
 import hashlib
 import io
 import json
+import os
 import subprocess
+import sys
 from collections.abc import Iterator
 from contextlib import redirect_stderr, redirect_stdout
 from dataclasses import dataclass
@@ -15,6 +17,14 @@ from typing import Any
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
+
+# The tests start hundreds of `python -m gpuscope` children: where the environment forbids bytecode
+# files (PYTHONDONTWRITEBYTECODE, set in some containers) each of them compiled gpuscope from source
+# and each xdist worker rewrote every test module again (24 CPU-s of collection per worker against
+# 10 with the files cached, bench/README.md "Test suite times"). The files go to __pycache__
+# folders, which git ignores.
+os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
+sys.dont_write_bytecode = False
 SHARED_TRACES = REPO.parent / "shared" / "data" / "traces"
 FIXTURES = REPO / "fixtures"
 
@@ -32,9 +42,12 @@ class CliResult:
 # Tests that cost the most (seconds on a loaded 2-core machine, measured with `--durations`
 # under `-n 2`; bench/README.md, "The slowest tests", says what each costs and why): marked
 # `slow` here so that the README's command (`-m "not slow"`) answers in minutes while .ci/run
-# still runs them. Each module keeps fast tests in the README's set. Keyed by node id without
-# the parameters: every parameter of a listed test is slow.
+# still runs them. Each module but test_ingest_properties and test_concurrency (one test each)
+# keeps fast tests in the README's set. Keyed by node id without the parameters: every
+# parameter of a listed test is slow.
 SLOW_TESTS: dict[str, float] = {
+    # ingest, export in both formats, ingest twice and compare, per shared trace (issue 33); up to 25 s each
+    "tests/test_timeline_roundtrip.py::test_every_shared_trace_round_trips_field_by_field": 25.3,
     "tests/test_fuzz_ingest.py::test_two_hundred_mutated_traces_end_in_exit_0_or_2": 52.9,
     "tests/test_scale.py::test_a_large_trace_parsed_in_batches_gives_the_run_a_whole_read_gives": 28.6,
     "tests/test_run.py::test_workers_each_leave_a_trace": 33.8,
@@ -63,6 +76,16 @@ SLOW_TESTS: dict[str, float] = {
     "tests/test_hostile_traces.py::test_header_mutations_never_reach_an_internal_error": 6.3,
     "tests/test_run.py::test_replayed_telemetry_gives_energy_per_token_cross_checked": 6.2,
     "tests/test_store_faults.py::test_run_rides_out_a_full_disk_and_stores_the_held_samples_when_space_returns": 6.0,
+    # 40 generated traces, each ingested twice and analyzed (0.6 s of CPU each time): the most
+    # costly test of the README's set once the CLI ran in-process everywhere (bench/README.md)
+    "tests/test_ingest_properties.py::test_ingest_invariants_hold_for_any_trace": 56.7,
+    # every shared trace analyzed again beside reference_breakdown.py run now (26 s of CPU for the
+    # four folders, half of test_breakdown_shared); the README's set keeps each trace's breakdown
+    # against the script's recorded figures (test_time_breakdown_matches_reference)
+    "tests/test_breakdown_shared.py::test_every_shared_trace_agrees_with_the_reference_script": 56.7,
+    # a 14 s monitor with runs, ingests and readers beside it: one worker held 15 s or more
+    # whatever the machine, 10 s of CPU in its child processes
+    "tests/test_concurrency.py::test_monitor_runs_ingests_and_readers_share_a_store": 19.7,
 }
 
 

@@ -1,18 +1,23 @@
 """Golden outputs: the JSON reports of gpuscope on the shared real traces, kept in
 ``fixtures/golden/`` so that a restructuring that changes any number is caught.
 
-``python tests/golden.py`` (re)writes the files; ``tests/test_golden.py`` compares. Both run
-the commands in a subprocess (``python -m gpuscope``), so they test the installed entry point
-and do not depend on where ``main`` lives. Rewrite only for an intended change of output, and
-say which in the commit.
+``python tests/golden.py`` (re)writes the files; ``tests/test_golden.py`` compares. Both call
+the installed console script's entry point (``gpuscope = gpuscope.cli:main``) in this
+process, with the environment, working folder and width a subprocess was given: 30 commands
+in child processes cost 30 interpreter start-ups and imports, most of the module's time on a
+loaded machine (bench/README.md, "Test suite times"). Rewrite only for an intended change of
+output, and say which in the commit.
 """
 from __future__ import annotations
 
+import functools
+import io
 import json
 import math
 import os
-import subprocess
 import sys
+from collections.abc import Callable
+from contextlib import redirect_stderr, redirect_stdout
 from pathlib import Path
 from typing import Any
 
@@ -61,14 +66,46 @@ def available() -> bool:
     return all((SHARED_TRACES / t).exists() for t in TRACES)
 
 
+@functools.lru_cache(maxsize=1)
+def _entry_point() -> Callable[[list[str]], int]:
+    """The function the installed ``gpuscope`` console script calls (its entry point), so that
+    the goldens do not depend on where ``main`` lives."""
+    from importlib.metadata import entry_points
+
+    (ep,) = entry_points(group="console_scripts", name="gpuscope")
+    return ep.load()
+
+
 def _gpuscope(db: Path, args: list[str]) -> str:
-    env = dict(os.environ, GPUSCOPE_DB=str(db), COLUMNS="100")
-    env.pop("GPUSCOPE_SPECS", None)
-    proc = subprocess.run([sys.executable, "-m", "gpuscope", *args], capture_output=True, text=True, env=env,
-                          cwd=str(db.parent))
-    if proc.returncode != 0:
-        raise RuntimeError(f"gpuscope {' '.join(args)} exited {proc.returncode}: {proc.stderr.strip()}")
-    return proc.stdout
+    """``gpuscope ARGS`` against the store ``db``, as a child process would run it (GPUSCOPE_DB,
+    100 columns, no user spec file from GPUSCOPE_SPECS, the store's folder as working folder),
+    but in this process; its standard output."""
+    env = {"GPUSCOPE_DB": str(db), "COLUMNS": "100", "GPUSCOPE_SPECS": None}
+    saved = {k: os.environ.get(k) for k in env}
+    cwd = os.getcwd()
+    out, err = io.StringIO(), io.StringIO()
+    try:
+        for k, v in env.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+        os.chdir(db.parent)
+        with redirect_stdout(out), redirect_stderr(err):
+            try:
+                code = _entry_point()(args)
+            except SystemExit as exc:  # argparse usage errors
+                code = int(exc.code or 0)
+    finally:
+        os.chdir(cwd)
+        for k, old in saved.items():
+            if old is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = old
+    if code != 0:
+        raise RuntimeError(f"gpuscope {' '.join(args)} exited {code}: {err.getvalue().strip()}")
+    return out.getvalue()
 
 
 def normalize(doc: Any) -> Any:

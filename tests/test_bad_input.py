@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -61,10 +62,22 @@ CASES = [
 ]
 
 
+@pytest.fixture(scope="module")
+def _populated_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A store with one small run, ingested once for the module (a store's creation is most of
+    a test's time here); read-only: each test gets its own copy."""
+    d = tmp_path_factory.mktemp("populated")
+    write_trace(d / "ok.json", [kernel("k", 0.0, 1.0), kernel("k", 3.0, 1.0)])
+    db = d / "store.duckdb"
+    assert run_cli("ingest", d / "ok.json", "-q", "--db", db).code == 0
+    assert not Path(f"{db}.wal").exists()  # the whole store is the one file copied below
+    return db
+
+
 @pytest.fixture
-def populated_store(tmp_path, db) -> Path:
-    write_trace(tmp_path / "ok.json", [kernel("k", 0.0, 1.0), kernel("k", 3.0, 1.0)])
-    assert run_cli("ingest", tmp_path / "ok.json", "-q").code == 0
+def populated_store(_populated_template: Path, db: Path) -> Path:
+    """The test's own store (GPUSCOPE_DB) holding one small run: a copy of the template."""
+    shutil.copyfile(_populated_template, db)
     return db
 
 

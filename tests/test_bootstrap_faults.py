@@ -165,9 +165,10 @@ def test_run_folders_are_created_fresh_and_owner_only_whatever_the_umask(tmp_pat
     for folder in (run_dir.parent, run_dir, run_dir / contract.TRACES_DIR, boot):
         assert stat.S_IMODE(folder.lstat().st_mode) == 0o700, folder
     files = sorted(boot.iterdir())
-    assert [f.name for f in files] == ["_gpuscope_boot.py", "_gpuscope_contract.py", "sitecustomize.py"]
+    # the bytecode cache made owner-only beside the files (the program's umask would leave it open)
+    assert [f.name for f in files] == ["__pycache__", "_gpuscope_boot.py", "_gpuscope_contract.py", "sitecustomize.py"]
     for f in files:
-        assert stat.S_IMODE(f.lstat().st_mode) == 0o600, f
+        assert stat.S_IMODE(f.lstat().st_mode) == (0o700 if f.is_dir() else 0o600), f
 
 
 def _plant_link(root: Path, elsewhere: Path) -> None:
@@ -246,7 +247,10 @@ def test_a_planted_run_directory_or_link_is_passed_over(tmp_path: Path) -> None:
     assert {folder: sorted(folder.rglob("*")) for folder in (leftover, elsewhere)} == before
     for folder in (root, run_dir, run_dir / "bootstrap", run_dir / "traces"):
         assert stat.S_IMODE(folder.lstat().st_mode) == 0o700, folder
-    assert all(stat.S_IMODE(f.lstat().st_mode) == 0o600 for f in (run_dir / "bootstrap").iterdir())
+    # the files owner-only, and the bytecode cache the program's Python writes there too
+    for f in (run_dir / "bootstrap").rglob("*"):
+        assert stat.S_IMODE(f.lstat().st_mode) == (0o700 if f.is_dir() else 0o600), f
+    assert (run_dir / "bootstrap" / "__pycache__").is_dir()
 
 
 @pytest.mark.parametrize("planted", ["link", "folder", "run-dir-link"])

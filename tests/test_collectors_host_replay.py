@@ -28,19 +28,34 @@ def test_host_collector_and_process_tree() -> None:
         (dev,) = c.open()
         assert dev.key == "host" and dev.kind == "host" and dev.vendor == "host"
         assert set(dev.supported) == set(HOST_METRIC_NAMES) and dev.memory_total_bytes > 0
+        import psutil
+
+        procs = [psutil.Process(os.getpid()), psutil.Process(child.pid)]
+
+        def tree_cpu_s() -> tuple[float, float]:
+            return sum(p.cpu_times().user + p.cpu_times().system for p in procs), time.monotonic()
+
         time.sleep(0.3)
+        a0 = tree_cpu_s()
         (first,) = c.sample()
+        a1 = tree_cpu_s()
         assert first.values["proc_cpu_cores"] is None  # needs two readings
         time.sleep(0.5)
+        b0 = tree_cpu_s()
         (s,) = c.sample()
+        b1 = tree_cpu_s()
         v = s.values
         assert 0.0 <= v["host_cpu_util"] <= 1.0
         assert 0 < v["host_mem_used_bytes"] < v["host_mem_total_bytes"] == dev.memory_total_bytes
         assert v["proc_count"] >= 2  # this process and the busy child
         assert child.pid in tree.pids()
         assert v["proc_rss_bytes"] > 10 * 2**20
-        # the child spins: the tree used a good part of a core (generous: a loaded CI machine)
-        assert 0.2 < v["proc_cpu_cores"] < os.cpu_count() + 0.5
+        # the child spins: the tree's CPU time between the two readings, bracketed by what psutil
+        # says just outside and just inside them (a loaded machine gives the child what it gives)
+        low = (b0[0] - a1[0]) / (b1[1] - a0[1])
+        high = (b1[0] - a0[0]) / (b0[1] - a1[1])
+        assert low > 0.0 and 0.95 * low - 0.05 <= v["proc_cpu_cores"] <= 1.05 * high + 0.05  # 10 ms ticks
+        assert v["proc_cpu_cores"] < os.cpu_count() + 0.5
         assert abs(s.ts_ns - time.time_ns()) < 5e9
     finally:
         child.kill()

@@ -136,12 +136,42 @@ def test_points_carry_the_conventions_value_types_attributes_and_schema_url() ->
     (usage,) = metrics["system.memory.usage"].data.data_points
     assert dict(usage.attributes) == {"system.memory.state": "used"}
     assert "used" in SEMCONV["attributes"]["system.memory.state"]["members"]
-    # system.cpu.utilization: the busy total has no single cpu.mode (docs/otel.md says why)
+    # system.cpu.utilization: the recording was made before schema 10, its host row holds only
+    # the busy total, exported as one point without cpu.mode (docs/otel.md)
     (cpu,) = metrics["system.cpu.utilization"].data.data_points
     assert "cpu.mode" not in dict(cpu.attributes)
     # every hw.state a GPU reports is one the conventions list for a GPU
     states = {p.attributes["hw.state"] for p in metrics["hw.status"].data.data_points}
     assert states == {"ok", "degraded", "failed"} and states <= set(SEMCONV["gpu_states"])
+
+
+def test_cpu_utilization_has_a_point_per_cpu_mode_the_conventions_name() -> None:
+    """A host row with its CPU time by mode (schema 10): one point per mode, each carrying the
+    conventions' cpu.mode attribute with one of their values, summing to 1, and no point
+    without cpu.mode beside them (the busy total would be counted twice by a sum)."""
+    spec = SEMCONV["metrics"]["system.cpu.utilization"]
+    assert "cpu.mode" in spec["attributes"]
+    modes = {"host_cpu_user_util": 0.5, "host_cpu_system_util": 0.125, "host_cpu_nice_util": 0.0,
+             "host_cpu_idle_util": 0.25, "host_cpu_iowait_util": 0.0625, "host_cpu_interrupt_util": 0.03125,
+             "host_cpu_steal_util": 0.03125}
+    _, metrics = _collect(_state_from_recording(extra={"host": modes}))
+    points = {dict(p.attributes).get("cpu.mode"): p.value for p in metrics["system.cpu.utilization"].data.data_points}
+    assert None not in points
+    assert points == {"user": 0.5, "system": 0.125, "nice": 0.0, "idle": 0.25, "iowait": 0.0625,
+                      "interrupt": 0.03125, "steal": 0.03125}
+    assert set(points) <= set(SEMCONV["attributes"]["cpu.mode"]["members"])
+    assert sum(points.values()) == 1.0 and all(type(v) is float for v in points.values())
+    # the host collector's modes are the conventions' values, one stored column each
+    from gpuscope.collectors.host import CPU_MODE_COLUMNS
+    from gpuscope.otel.names import CPU_MODE_METRICS, DIRECT
+
+    assert set(CPU_MODE_COLUMNS) <= set(SEMCONV["attributes"]["cpu.mode"]["members"])
+    assert {dict(DIRECT[m])["cpu.mode"]: m for m in CPU_MODE_METRICS} == CPU_MODE_COLUMNS
+    # a platform without iowait, interrupt or steal (macOS): those modes have no point
+    mac = {**modes, "host_cpu_iowait_util": None, "host_cpu_interrupt_util": None, "host_cpu_steal_util": None}
+    _, metrics = _collect(_state_from_recording(extra={"host": mac}))
+    assert {p.attributes["cpu.mode"] for p in metrics["system.cpu.utilization"].data.data_points} == \
+        {"user", "system", "nice", "idle"}
 
 
 def test_process_pid_is_an_int_as_the_conventions_type_it() -> None:

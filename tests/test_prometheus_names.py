@@ -84,6 +84,16 @@ def _recorded_metrics() -> set[str]:
     return {m for tick in rec.ticks for r in tick if str(r["device"]).startswith("gpu") for m in r["values"]}
 
 
+def _live_host_metrics() -> set[str]:
+    """What the host collector reads on this machine (monitor --replay's host is this one)."""
+    from gpuscope.collectors import HostCollector
+
+    c = HostCollector()
+    (dev,) = c.open()
+    c.close()
+    return set(dev.supported)
+
+
 def _stored_names(stored: str) -> list[str]:
     return re.findall(r"[a-z][a-z0-9_]*", stored)
 
@@ -101,11 +111,13 @@ def test_the_docs_table_matches_a_live_metrics_endpoint_for_each_name_set() -> N
 
     rows = mapping_rows()
     assert len(rows) >= 20
-    recorded = _recorded_metrics()
+    recorded = _recorded_metrics() | _live_host_metrics()
     ports = {names: _free_port() for names in ("otel", "dcgm", "amd")}
     procs = {names: _monitor("--prometheus", str(port), "--prometheus-names", names, "--interval", "0.2")
              for names, port in ports.items()}
-    wanted = {"otel": "gpuscope_gpu_clock_sm_hertz{", "dcgm": "DCGM_FI_DEV_SM_CLOCK{", "amd": 'clock_type="memory"'}
+    # the host is this machine's (its CPU modes from the second tick on)
+    wanted = {"otel": ("gpuscope_gpu_clock_sm_hertz{", 'cpu_mode="user"'), "dcgm": ("DCGM_FI_DEV_SM_CLOCK{",),
+              "amd": ('clock_type="memory"',)}
     bodies: dict[str, tuple[str, str]] = {}
     try:
         deadline = time.monotonic() + 60
@@ -117,7 +129,7 @@ def test_the_docs_table_matches_a_live_metrics_endpoint_for_each_name_set() -> N
                     ctype, body = _scrape(port)
                 except (urllib.error.URLError, ConnectionError):
                     continue
-                if wanted[names] in body:
+                if all(w in body for w in wanted[names]):
                     bodies[names] = (ctype, body)
             time.sleep(0.1)
     finally:

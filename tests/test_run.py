@@ -215,9 +215,9 @@ def test_example_workload_run_records_windows_marks_and_tokens(tmp_path: Path) -
     from gpuscope.render.run_summary import render_run_summary
 
     db = tmp_path / "s.duckdb"
-    # the window opens 1 s after torch is imported: past the full-length warm-up generation even
-    # on a loaded machine (at 0.2 s it could fall inside it, leaving no timed step profiled)
-    p = gpuscope(db, "run", "--json", "--profile-delay", "1", "--profile-duration", "1", "--", PY,
+    # the window opens at the 26th mark: past the full-length warm-up generation's 24 marks, on a
+    # timed step however loaded the machine is (a delay in seconds fell inside the warm-up at load 12)
+    p = gpuscope(db, "run", "--json", "--profile-after-marks", "26", "--profile-duration", "1", "--", PY,
                  str(REPO / "examples" / "tiny_llm.py"), "--layers", "2", "--d-model", "128", "--new-tokens", "24",
                  "--prompt-len", "32", "--batch", "2", "--warmup", "1", "--seconds", "4", "--json")
     assert p.returncode == 0, p.stderr
@@ -225,6 +225,7 @@ def test_example_workload_run_records_windows_marks_and_tokens(tmp_path: Path) -
     workload = json.loads(next(ln for ln in p.stderr.splitlines() if ln.startswith('{"device"')))
     tele = doc["telemetry"]
     gen = tele["generation"]
+    assert gen is not None, (tele, p.stderr[-2000:])  # what the run saw, should it ever be missing
     n = workload["generations"]
     # generated tokens: batch x new tokens per generation (the prefill's first token, then the
     # decode steps); the prompt apart; the warm-up generation (full length: 24 new tokens) left out
@@ -557,7 +558,9 @@ def test_no_window_opens_once_exit_has_begun(tmp_path: Path) -> None:
 @pytest.mark.parametrize("args,code,note", [
     (["--no-profile"], "pass", "profiling off (--no-profile"),
     ([], "print('no torch here')", "the program never imported torch"),
-    (["--profile-delay", "60"], "import torch", "ended within --profile-delay (60 s) of importing torch"),
+    # the child imports torch: 6.5 s of CPU, the most of the README's set (bench/README.md)
+    pytest.param(["--profile-delay", "60"], "import torch", "ended within --profile-delay (60 s) of importing torch",
+                 marks=pytest.mark.slow),
 ])
 def test_a_run_without_a_trace_says_why(tmp_path: Path, args: list[str], code: str, note: str) -> None:
     from gpuscope.render.run_summary import render_run_summary
@@ -604,7 +607,8 @@ print(json.dumps({'at_start': at_start, 'after': ours(),
 """
 
 
-@pytest.mark.parametrize("program", ["plain", "torch"])
+# the child importing torch: 6.3 s of CPU (bench/README.md, "Test suite times")
+@pytest.mark.parametrize("program", ["plain", pytest.param("torch", marks=pytest.mark.slow)])
 def test_the_child_loads_the_bootstrap_under_one_name_and_nothing_heavy(tmp_path: Path, program: str) -> None:
     """Inside the program, gpuscope's bootstrap and contract are one module each, from the run's
     private copy, whether the program imports gpuscope.api, torch, or both; and gpuscope brings
@@ -638,7 +642,9 @@ def test_the_private_bootstrap_is_owner_only_and_holds_the_contract(tmp_path: Pa
     run_dir.mkdir(mode=0o700)
     boot = private_bootstrap(run_dir)
     assert boot == run_dir / contract.BOOTSTRAP_DIR and (boot.stat().st_mode & 0o777) == 0o700
-    assert sorted(p.name for p in boot.iterdir()) == ["_gpuscope_boot.py", "_gpuscope_contract.py", "sitecustomize.py"]
+    assert sorted(p.name for p in boot.iterdir()) == ["__pycache__", "_gpuscope_boot.py", "_gpuscope_contract.py",
+                                                      "sitecustomize.py"]
+    assert (boot / "__pycache__").stat().st_mode & 0o777 == 0o700  # the program's bytecode cache, owner-only
     assert (boot / "_gpuscope_contract.py").read_text() == CHILD_FILES["_gpuscope_contract.py"].read_text()
     env = child_env(run_dir, 7, ProfileConfig(delay_s=2.0), boot,
                     base={"PYTHONPATH": "/a" + os.pathsep + os.pathsep + "/b", "KINETO_LOG_LEVEL": "3"})

@@ -168,10 +168,22 @@ def test_floods_do_not_hide_a_write(query: str, kind: str) -> None:
     assert classified(query) == kind
 
 
+@pytest.fixture(scope="module")
+def _store_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A store with the run "r", ingested once for the module (making a store is most of a
+    test's time here); read-only: each test gets its own copy."""
+    d = tmp_path_factory.mktemp("template")
+    trace = write_trace(d / "t.json", [kernel("gemm", 0.0, 5.0), kernel("ncclAllReduce", 10.0, 5.0)])
+    db = d / "store.duckdb"
+    assert run_cli("ingest", trace, "--name", "r", "-q", "--db", db).code == 0
+    assert not Path(f"{db}.wal").exists()  # the whole store is the one file copied below
+    return db
+
+
 @pytest.fixture
-def store_with_run(tmp_path: Path, db: Path) -> Path:
-    trace = write_trace(tmp_path / "t.json", [kernel("gemm", 0.0, 5.0), kernel("ncclAllReduce", 10.0, 5.0)])
-    assert run_cli("ingest", trace, "--name", "r", "-q").code == 0
+def store_with_run(_store_template: Path, db: Path) -> Path:
+    """The test's own store (GPUSCOPE_DB) with the run "r": a copy of the template."""
+    shutil.copyfile(_store_template, db)
     return db
 
 

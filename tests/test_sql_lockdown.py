@@ -3,6 +3,7 @@ extension is installed or loaded, no setting can be turned back on, the store is
 Every refusal is one line naming the statement, exit 2."""
 from __future__ import annotations
 
+import shutil
 import tempfile
 from pathlib import Path
 
@@ -12,10 +13,22 @@ from conftest import file_digest, kernel, run_cli, write_trace
 from gpuscope import store
 
 
+@pytest.fixture(scope="module")
+def _store_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A store with the run "r", ingested once for the module (making a store is most of a
+    test's time here); read-only: each test gets its own copy."""
+    d = tmp_path_factory.mktemp("template")
+    trace = write_trace(d / "t.json", [kernel("gemm", 0.0, 5.0), kernel("gemm", 10.0, 5.0)])
+    db = d / "store.duckdb"
+    assert run_cli("ingest", trace, "--name", "r", "-q", "--db", db).code == 0
+    assert not Path(f"{db}.wal").exists()  # the whole store is the one file copied below
+    return db
+
+
 @pytest.fixture
-def store_with_run(tmp_path: Path, db: Path) -> Path:
-    path = write_trace(tmp_path / "t.json", [kernel("gemm", 0.0, 5.0), kernel("gemm", 10.0, 5.0)])
-    assert run_cli("ingest", path, "--name", "r", "-q").code == 0
+def store_with_run(_store_template: Path, db: Path) -> Path:
+    """The test's own store (GPUSCOPE_DB) with the run "r": a copy of the template."""
+    shutil.copyfile(_store_template, db)
     return db
 
 

@@ -30,14 +30,19 @@ class GpuscopeApp(App[None]):
     CSS_PATH = "gpuscope.tcss"
     MODES = {"live": LiveScreen, "runs": RunsScreen, "run": RunScreen, "compare": CompareScreen}
     DEFAULT_MODE = "live"
+    # on the footer: the screen's keys, then these; at narrow widths tab and shift+tab give way
+    # first, ? and q never (tui/footer.py)
     BINDINGS = [
+        Binding("tab", "next_screen", "screens", priority=True),
+        # Textual's own (focus the previous widget), shown: priority so that it, not the screen's
+        # hidden binding of the same key, is the one the footer lists
+        Binding("shift+tab", "focus_previous", "focus back", priority=True),
         Binding("question_mark", "help", "help", key_display="?"),
         Binding("q", "quit", "quit"),
         Binding("1", "switch_mode('live')", "live", show=False),
         Binding("2", "switch_mode('runs')", "runs", show=False),
         Binding("3", "switch_mode('run')", "run", show=False),
         Binding("4", "switch_mode('compare')", "compare", show=False),
-        Binding("tab", "next_screen", "next screen", show=False, priority=True),
     ]
 
     def __init__(self, db: Path, replay: Path | None = None, interval_s: float = 1.0) -> None:

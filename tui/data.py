@@ -107,16 +107,10 @@ def analyze_doc(con: Any, run_id: int, top: int | None) -> dict[str, Any]:
     time and stragglers added), then its ``ops`` and ``kernels`` lists cut to the first ``top``
     (None: all) for the screen's tables."""
     from gpuscope.analyzers.breakdown import analyze_run
-    from gpuscope.analyzers.stragglers import add_communication_timing
+    from gpuscope.analyzers.comm_compare import communication_timing
 
     doc = analyze_run(con, run_id)
-    tensor_parallel = None
-    spec = (doc.get("model") or {}).get("spec")
-    if spec:
-        from gpuscope.analyzers.modelspec import ModelSpec
-
-        tensor_parallel = getattr(ModelSpec.from_json(spec), "tensor_parallel", None)
-    add_communication_timing(con, run_id, doc, tensor_parallel=tensor_parallel)
+    communication_timing(con, run_id, doc)  # as the report and compare add it
     if top is not None:
         doc["ops"], doc["kernels"] = doc["ops"][:top], doc["kernels"][:top]
     return doc
@@ -127,8 +121,9 @@ def analysis(db: Path, run_id: int, top: int = 50) -> dict[str, Any]:
     return safe_data(read_store(db, lambda con: analyze_doc(con, run_id, top)))
 
 
-#: The telemetry the run screen's timeline shows.
-RUN_TIMELINE_METRICS = ["power_w", "gpu_util"]
+#: The telemetry the run screen's timeline shows: power, utilization and, where the collectors
+#: read them, the NVLink / XGMI rates (shown as percent of the link, ``render.links``).
+RUN_TIMELINE_METRICS = ["power_w", "gpu_util", "xgmi_nvlink_tx_bytes_per_s", "xgmi_nvlink_rx_bytes_per_s"]
 #: The annotations the run screen puts on its timeline.
 RUN_TIMELINE_KINDS = ["profiler_window", "mark", "device_lost"]
 
@@ -136,7 +131,7 @@ RUN_TIMELINE_KINDS = ["profiler_window", "mark", "device_lost"]
 def run_detail(db: Path, run_id: int | None, top: int = 50) -> dict[str, Any]:
     """What the run screen shows of one run (None: the newest), in one read: ``analysis``
     (``gpuscope analyze --json``'s document, :func:`analyze_doc`, top ``top`` ops and kernels), and for its timeline
-    ``devices``, ``samples`` (power and utilization) and ``annotations`` (windows, marks)."""
+    ``devices``, ``samples`` (power, utilization, link rates) and ``annotations`` (windows, marks)."""
     from gpuscope.store import read
 
     def one(con: Any) -> dict[str, Any]:

@@ -76,6 +76,9 @@ def run(args: argparse.Namespace) -> int:
     # Arguments first: a bad one is exit 2 before anything is measured or opened.
     dtypes = calibrate.parse_dtypes(args.dtypes) if args.dtypes is not None else None
     seconds = calibrate.check_seconds(args.seconds)
+    from ..store import check_store_path
+
+    check_store_path(db_path(args))  # a --db that cannot be a store: refused before a minute of measuring
     progress = _quiet if args.quiet else _progress
     cal = calibrate.measure(device=args.device, dtypes=dtypes, quick=args.quick, seconds=seconds,
                             cpu=args.cpu, progress=progress)

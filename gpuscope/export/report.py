@@ -19,6 +19,7 @@ def build_report(db: Path, run: str | None, out: Path, compare: str | None = Non
     from ..analyzers.compare import compare_docs
     from ..analyzers.energy import run_telemetry
     from ..render.report_html import comm_points, render_report, roofline_points
+    from ..render.links import LINK_METRICS, link_series
     from ..store import read
 
     out = Path(out)
@@ -34,6 +35,8 @@ def build_report(db: Path, run: str | None, out: Path, compare: str | None = Non
         series = [{"key": keys.get(s.device_id, f"device {s.device_id}"), "ts_ns": s.ts_ns,
                    "power_w": s.values["power_w"], "gpu_util": s.values["gpu_util"]}
                   for s in read.samples(con, ref.id, ["power_w", "gpu_util"]) if keys.get(s.device_id) != "host"]
+        # NVLink / XGMI utilization on the same time axis (issue 31), where the samples hold link rates
+        links = link_series(doc.get("devices") or [], read.samples(con, ref.id, LINK_METRICS))
         windows = [(a.ts_ns, a.ts_ns + (a.dur_ns or 0)) for a in read.annotation_rows(con, ref.id, ["profiler_window"])]
         command = next((r.get("command") for r in read.list_runs(con) if r.get("id") == ref.id), None)
         # A is RUN, B the --compare run: the order of `gpuscope compare RUN RUN_B` (ratios B / A)
@@ -47,7 +50,7 @@ def build_report(db: Path, run: str | None, out: Path, compare: str | None = Non
                 cmp["communication"] = comm
     finally:
         con.close()
-    page = render_report({"analysis": doc, "telemetry": tele, "series": series, "windows": windows,
+    page = render_report({"analysis": doc, "telemetry": tele, "series": series, "links": links, "windows": windows,
                           "command": command, "compare": cmp,
                           "generated": time.strftime("%Y-%m-%d %H:%M %Z")})
     with output_file(out) as f:

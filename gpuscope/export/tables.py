@@ -46,6 +46,8 @@ KERNEL_COLUMNS = [
     ("devices", "BIGINT", "devices it ran on"), ("with_op", "BIGINT", "activities linked to an op"),
     ("bound", "VARCHAR", "compute_bound, memory_bound, latency_bound or unknown"),
     ("flops", "DOUBLE", "FLOP, from the ops it belongs to"), ("bytes", "DOUBLE", "bytes, from the ops it belongs to"),
+    ("achieved_flops_per_s", "DOUBLE", "FLOP/s achieved (over its calls with a cost estimate)"),
+    ("achieved_bytes_per_s", "DOUBLE", "bytes/s achieved (over its calls with a cost estimate; a copy's own bytes)"),
     ("pct_of_roof", "DOUBLE", "fraction of the roof reached, 0-1 (analyze prints it x 100 as %)"),
     ("roof_us", "DOUBLE", "µs at the roof"),
     ("saved_us", "DOUBLE", "µs saved at the roof"),

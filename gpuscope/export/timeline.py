@@ -3,12 +3,18 @@ Perfetto UI and ``chrome://tracing`` open, in the shape Kineto writes, with what
 
 - GPU activities on their device/stream tracks (``cat`` ``kernel``, ``gpu_memcpy``,
   ``gpu_memset``) with Kineto's args (device, stream, correlation, External id, grid, block,
-  ...) and gpuscope's (category, and from the analysis the bound class, intensity, achieved
+  ..., a collective's Collective name / msg nelems / Group size / Process Group / Seq) and
+  gpuscope's (category, and from the analysis the bound class, intensity, achieved
   FLOP/s and bytes/s, percent of roof of the kernel's name);
-- CPU ops on their threads (``cpu_op``, Input Dims / Input type as Kineto has them, plus the
-  op's bound class and percent of roof), the launches (``cuda_runtime``) and launch -> kernel
-  flows (``ac2g``), so that ``gpuscope ingest`` (and Holistic Trace Analysis) read it back;
-- telemetry as counter tracks (``"ph": "C"``) per device, on the same time base, and the
+- CPU ops on their threads (``cpu_op``, Input Dims / Input type / Input Strides / Concrete
+  Inputs as Kineto has them, plus the op's bound class and percent of roof), the launches
+  (``cuda_runtime``) and launch -> kernel flows (``ac2g``), the launches captured into CUDA/HIP
+  graphs inside their ``*StreamBeginCapture`` .. ``*StreamEndCapture`` window, so that
+  ``gpuscope ingest`` (and Holistic Trace Analysis) read it back;
+- in ``otherData.gpuscope_export`` what ingest needs besides to rebuild the same run
+  (:func:`gpuscope.store.timeline.export_metadata`: the traces, whose each pid is, the
+  telemetry devices, ...; docs/export.md, "The round trip");
+- telemetry as counter tracks (``"ph": "C"``) per device and stored metric, on the same time base, and the
   NVLink / XGMI byte rates as link utilization tracks (``gpu0 link_tx_util_pct``, ``..._rx_...``:
   percent of the spec's scale-up bandwidth in that direction, :func:`link_bytes_per_s`);
 - profiler windows as slices and ``gpuscope.mark`` marks as instant events on a ``gpuscope``
@@ -50,7 +56,8 @@ def export_timeline(db: Path, run: str | None, out: Path, fmt: str, force: bool 
     from .. import store
     from ..analyzers.breakdown import analyze_run
     from ..store import read
-    from ..store.timeline import base_ns, device_properties, distributed_info, event_queries
+    from ..render import json as strict_json
+    from ..store.timeline import EXPORT_KEY, base_ns, device_properties, distributed_info, event_queries, export_metadata
 
     out = Path(out)
     prepare_output(db, out, force, directory=False, what="a timeline")
@@ -66,6 +73,8 @@ def export_timeline(db: Path, run: str | None, out: Path, fmt: str, force: bool 
         cur = con.cursor()
         cur.execute("SET threads = 1")  # one scan in the store's order: the same file every time
         _register_analysis(cur, doc)
+        export_doc, pid_map = export_metadata(cur, ref.id)
+        _register_pid_map(cur, pid_map)
         base = base_ns(cur, ref.id)
         lo, hi = _span(cur, ref.id, base, from_s, to_s, window)
         with output_file(out) as raw:
@@ -73,14 +82,16 @@ def export_timeline(db: Path, run: str | None, out: Path, fmt: str, force: bool 
             size = 0
             try:
                 dist = distributed_info(cur, ref.id)
+                other = {"exported_by": "gpuscope export", "run_id": ref.id, EXPORT_KEY: export_doc}
                 head = ('{"schemaVersion": 1, "displayTimeUnit": "ns", "baseTimeNanoseconds": %d, '
-                        '"otherData": {"exported_by": "gpuscope export", "run_id": %d}, %s'
+                        '"otherData": %s, %s'
                         '"deviceProperties": %s, "traceEvents": [\n'
-                        % (base, ref.id, f'"distributedInfo": {dist}, ' if dist else "", device_properties(cur, ref.id)))
-                f.write(head.encode())
+                        % (base, strict_json.dumps(other), f'"distributedInfo": {dist}, ' if dist else "",
+                           device_properties(cur, ref.id)))
+                f.write(head.encode("utf-8", "replace"))  # (a lone surrogate in a stored header)
                 size += len(head)
                 first = True
-                for kind, sql, params in event_queries(ref.id, base, lo, hi):
+                for kind, sql, params in event_queries(ref.id, base, lo, hi, export_doc["sample_columns"]):
                     res = cur.execute(sql, params)
                     n = 0
                     while True:
@@ -158,6 +169,16 @@ def _register_analysis(cur: Any, doc: dict[str, Any]) -> None:
             bws.append(bw)
     cur.register("_lk", pa.table({"device_id": pa.array(ids, pa.int32()),
                                   "link_bytes_per_s": pa.array(bws, pa.float64())}))
+
+
+def _register_pid_map(cur: Any, rows: list[tuple[int, str, str]]) -> None:
+    """``_pm`` (trace id, stored pid, exported pid) for the event queries."""
+    import duckdb  # noqa: F401  (the full package: its Arrow scans need duckdb._sources)
+    import pyarrow as pa
+
+    cur.register("_pm", pa.table({"trace_id": pa.array([r[0] for r in rows], pa.int32()),
+                                  "pid": pa.array([r[1] for r in rows], pa.string()),
+                                  "xpid": pa.array([r[2] for r in rows], pa.string())}))
 
 
 def link_bytes_per_s(spec_key: str | None) -> float | None:

@@ -31,6 +31,7 @@ from typing import Any
 
 from ..errors import InputError
 from .devices import device_rows, map_devices
+from .exported import export_span, staged_extras
 from .parse import IngestCounts
 from .progress import Progress, ProgressLine, quiet, stderr_progress
 from .read import MAX_HEADER_BYTES, MAX_INFLATE_RATIO, InflateLimitError, expand_paths, inputs_digest, shown
@@ -156,7 +157,7 @@ def ingest(
             "SELECT (SELECT count(*) FROM kernel_stage), (SELECT count(*) FROM op_stage)"
         ).fetchone())
         ann_rows = one_row(con.execute("SELECT count(*) FROM annotation_stage").fetchone())[0]
-        if gpu_rows == 0 and op_rows == 0 and ann_rows == 0:
+        if gpu_rows == 0 and op_rows == 0 and ann_rows == 0 and not staged_extras(con):
             what = ", ".join(shown(f) for f in files)
             if counts.not_traces and not infos:
                 # a folder of broken files: each file's own reason, not one summary that hides them
@@ -169,6 +170,9 @@ def ingest(
                                             "entries: process and thread names, the profiler's own span), not one op, "
                                             "kernel or annotation")
             raise InputError(what, f"no trace events gpuscope can use among {total_events} entries (not a Kineto/Chrome trace?)")
+        if infos and all(i.from_export for i in infos):
+            # gpuscope's export holds the ops its run kept (with --all-ops, every one): keep them all
+            all_ops = True
         devices = device_rows(con, infos, counts)
         map_devices(con, devices)
         span = one_row(con.execute(
@@ -176,6 +180,9 @@ def ingest(
             "UNION ALL SELECT min(ts_ns), max(ts_ns + dur_ns) FROM op_stage "
             "UNION ALL SELECT min(ts_ns), max(ts_ns + dur_ns) FROM annotation_stage)"
         ).fetchone())
+        exported = [i.export for i in infos if i.export is not None]
+        if exported:
+            span = export_span(infos, span)
         # one scan of the staged kernels for both the link counts and the kinds
         counted = one_row(con.execute(
             "SELECT count(*) FILTER (WHERE op_id IS NOT NULL), count(*) FILTER (WHERE op_id IS NULL), "
@@ -193,7 +200,8 @@ def ingest(
         if ignored_ops:
             notes.append(f"{ignored_ops} CPU ops that launched no GPU work (nor contain one that did) were not stored; "
                          "ingest with --all-ops to keep them")
-        run_name = name or default_run_name(files)
+        exported_name = exported[0]["run"].get("name") if len(exported) == 1 and len(files) == 1 else None
+        run_name = name or (exported_name if isinstance(exported_name, str) and exported_name else default_run_name(files))
         from ..store.run_info import RunInfo
 
         info_doc = RunInfo(

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..errors import GpuscopeError, InputError
+from .exported import GRAPH_EVENTS_KEY, export_block, make_extra_tables, split_traces, stage_extras
 from .link import link_kernels, split_events
 from .parse import (
     DUR_MAX_NS, TS_MAX_NS, TS_MIN_NS, Batches, IngestCounts, count_events, count_graph_events, header_value,
@@ -33,7 +34,8 @@ ABSOLUTE_US_THRESHOLD = 1e14
 #: Every temporary table ingest creates on its staging connection.
 STAGING_TABLES = (
     "ev", "ev_counts", "gpu", "rt", "capture_window", "captured", "op_stage", "annotation_stage", "op_by_ext", "rt_link",
-    "op_depth", "kernel_stage", "op_parent", "graph_stage", "op_launching", "graph_map", "dev_map",
+    "op_depth", "kernel_stage", "op_parent", "graph_stage", "op_launching", "graph_map", "dev_map", "sample_stage",
+    "export_annotation_stage", "_xev", "_xcpu", "_xgpu",
 )
 
 
@@ -56,6 +58,11 @@ class TraceInfo:
     graph_events: dict[str, int] = field(default_factory=dict)
     #: What the user should know about this trace's header: fields out of range, ignored.
     notes: list[str] = field(default_factory=list)
+    #: For gpuscope's own timeline export, the first of the traces it holds carries the export's
+    #: block (:func:`.exported.export_block`); each of them is ``from_export`` (its header and
+    #: graph events are the stored trace's, not counted again from the file).
+    export: dict[str, Any] | None = None
+    from_export: bool = False
 
 
 #: A rank is stored as a 32-bit integer (``traces.rank``); torch.distributed's are from 0.
@@ -281,11 +288,27 @@ def _stage_into(
         base = time_base(spooled.header, header_notes, shown(path))
         # (no base: ts_ns is ts in µs times 1000)
         relative = base > 0 or (min_ts is not None and min_ts < ABSOLUTE_US_THRESHOLD * 1000)
-        infos.append(
-            TraceInfo(trace_id, str(path), spooled.form, spooled.size_bytes, spooled.json_bytes, n,
-                      base, relative, _rank(spooled.header, header_notes, shown(path)), spooled.header,
-                      notes=header_notes)
-        )
+        info = TraceInfo(trace_id, str(path), spooled.form, spooled.size_bytes, spooled.json_bytes, n,
+                         base, relative, _rank(spooled.header, header_notes, shown(path)), spooled.header,
+                         notes=header_notes)
+        block = export_block(spooled.header)
+        if block is None:
+            infos.append(info)
+            continue
+        # gpuscope's own export: its events go back to the traces they came from, each with the
+        # header it was stored with, and its counter tracks become samples
+        ids = split_traces(batches, trace_id, block, trace_id + 1)
+        for j, (tid, stored) in enumerate(zip(ids, block["traces"])):
+            meta = dict(stored.get("metadata") or {})
+            graph = meta.pop(GRAPH_EVENTS_KEY, None)
+            infos.append(replace(
+                info, trace_id=tid, header=meta, rank=_rank({"distributedInfo": {"rank": stored.get("rank")}}),
+                graph_events=graph if isinstance(graph, dict) else {}, export=block if j == 0 else None,
+                from_export=True, notes=header_notes if j == 0 else [], events=n if j == 0 else 0,
+                size_bytes=info.size_bytes if j == 0 else 0, json_bytes=info.json_bytes if j == 0 else 0))
+        if not any(i.export is not None for i in infos[:-len(ids)]):
+            make_extra_tables(con)
+        stage_extras(con, trace_id, path, block, base, ahead.dir, ahead.max_inflate_ratio)
     progress("linking kernels to launches and ops")
     batches.ensure_shape()
     for name in ("gpu", "annotation_stage", "ev_counts"):  # small next to the ops and launches
@@ -294,7 +317,8 @@ def _stage_into(
     event_counts = count_events(con)
     graph_events = count_graph_events(con)
     for info in infos:
-        info.graph_events = graph_events.get(info.trace_id, {"stream_begin_capture": 0, "graph_launch": 0})
+        if not info.from_export:  # (an export's file mixes its traces' events: their stored counts stand)
+            info.graph_events = graph_events.get(info.trace_id, {"stream_begin_capture": 0, "graph_launch": 0})
     con.execute("DROP TABLE ev_counts")
     replayed, mapped = link_kernels(con)
     counts = replace(event_counts, not_traces=not_traces, graph_replayed_kernels=replayed, graph_mapped_kernels=mapped)

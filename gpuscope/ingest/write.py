@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 from ..errors import GpuscopeError, InputError
 from ..render import json as strict_json
 from ..textsafe import visible
+from .exported import GRAPH_EVENTS_KEY
 from .progress import Progress
 from .stage import STAGING_TABLES, StagingConnection, TraceInfo
 
@@ -23,9 +24,6 @@ if TYPE_CHECKING:  # pragma: no cover
 
     from ..store.run_info import RunInfo
 
-#: The key of ``traces.metadata`` under which ingest records the trace's graph capture and
-#: launch events (analyzers/scope.py reads it).
-GRAPH_EVENTS_KEY = "gpuscope_graph_events"
 
 
 def write_run(
@@ -59,6 +57,9 @@ def write_run(
     try:
         con.execute("USE store")
         store.migrate(con, str(db_path))
+        # as every writer does on opening the store (store.connect): runs whose recorder died
+        # (a `gpuscope run` killed with SIGKILL) are finished as incomplete
+        runs.recover_stale_runs(con)
         with store.transaction(con):
             offsets = (0, 0, 0)
             if into_run is None:
@@ -77,7 +78,20 @@ def write_run(
                 for d in devices:  # e.g. telemetry's gpu0 and the trace's gpu0: keep keys unique
                     if d["key"] in taken:
                         d["key"] = f"trace{d['trace_id'] + offsets[0]}/{d['key']}"
+            exports = [(i.trace_id + offsets[0], i.export) for i in infos if i.export is not None]
+            if exports:
+                # the run's telemetry devices keep their keys (gpu0); trace devices that share one
+                # are named as when the traces joined the recorded run (trace0/gpu0)
+                taken = {d.get("key") for _, b in exports for d in b["devices"]} | \
+                    (trace_rows.device_keys(con, run_id) if into_run is not None else set())
+                for d in devices:
+                    if d["key"] in taken:
+                        d["key"] = f"trace{d['trace_id'] + offsets[0]}/{d['key']}"
             _write_rows(con, run_id, infos, devices, all_ops, *offsets)
+            if exports:
+                from ..store.export_rows import write_extras
+
+                write_extras(con, run_id, exports, devices, offsets[1], new_run=into_run is None)
         if keep_open:
             # By name: listing the catalog costs more than the drops (bench/README.md); a test
             # checks that none is left.

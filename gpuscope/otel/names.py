@@ -25,6 +25,9 @@ Semantics that differ from a plain copy of the stored value, on purpose:
   ``hw.temperature`` / ``hw.fan.speed_ratio``; ``hw.name`` stays the GPU's key (``gpu0``).
 - ``hw.status`` is ``degraded`` while an NVIDIA GPU slows its clocks for a thermal or hardware
   reason (:data:`NVIDIA_DEGRADED_REASONS`); a power-cap slowdown is normal operation, not that.
+- ``system.cpu.utilization`` has a point per ``cpu.mode`` (:data:`CPU_MODE_METRICS`, summing to
+  1); the stored busy total (``host_cpu_util``) is exported, without ``cpu.mode``, only for a
+  row that has no mode (recorded before schema 10), never beside them.
 """
 from __future__ import annotations
 
@@ -98,7 +101,8 @@ INSTRUMENTS: tuple[Instrument, ...] = (
                "1 while a row remapping waits for the next GPU reset, else 0", "int"),
     Instrument("gpuscope.gpu.memory.row_remap.failed", "updown", "1",
                "1 once a row remapping has failed (the GPU needs service), else 0", "int"),
-    Instrument("system.cpu.utilization", "gauge", "1", "Fraction of all host CPU time that was busy (every mode but idle and iowait; no cpu.mode)"),
+    Instrument("system.cpu.utilization", "gauge", "1",
+               "Fraction of the host's CPU time spent in each cpu.mode since the previous sample, over all logical CPUs (the modes sum to 1)"),
     Instrument("system.memory.usage", "updown", "By", "Host memory in use (MemTotal - MemAvailable)", "int"),
     Instrument("system.memory.limit", "updown", "By", "Host memory size", "int"),
 )
@@ -120,11 +124,21 @@ DIRECT: dict[str, Attrs] = {
     "mem_temp_c": (("hw.sensor_location", "memory"),),
     "sm_clock_mhz": (), "mem_clock_mhz": (), "sm_active": (), "sm_occupancy": (), "tensor_active": (),
     "dram_bw_util": (), "throttle_reasons": (), "fan_speed": (),
+    # the busy total only where a row has no mode (a recording made before schema 10): a point
+    # without cpu.mode beside the modes' would be counted twice by any sum over the metric
     "host_cpu_util": (), "host_mem_total_bytes": (),
+    # each cpu.mode's share of the host's CPU time (collectors/host.py CPU_MODE_COLUMNS)
+    "host_cpu_user_util": (("cpu.mode", "user"),), "host_cpu_system_util": (("cpu.mode", "system"),),
+    "host_cpu_nice_util": (("cpu.mode", "nice"),), "host_cpu_idle_util": (("cpu.mode", "idle"),),
+    "host_cpu_iowait_util": (("cpu.mode", "iowait"),), "host_cpu_interrupt_util": (("cpu.mode", "interrupt"),),
+    "host_cpu_steal_util": (("cpu.mode", "steal"),),
     # MemTotal - MemAvailable: exactly the conventions' `used` state
     "host_mem_used_bytes": (("system.memory.state", "used"),),
     "last_xid": (),
 }
+#: The stored columns of the host's CPU time by ``cpu.mode`` (``system.cpu.utilization``).
+CPU_MODE_METRICS: tuple[str, ...] = tuple(m for m, extra in DIRECT.items() if dict(extra).get("cpu.mode"))
+
 #: The vendor's own cumulative counters, exported as the increase since monitor started
 #: (summed step by step across resets by :class:`~gpuscope.otel.sink.TelemetryState`): stored
 #: metric -> the attributes it adds. ECC counts run since the driver loaded, XIDs since the
@@ -238,9 +252,10 @@ def points(device_attrs: Attrs, values: dict[str, Any], lost: bool, host: bool) 
             yield "hw.status", float(s == state), _merge(base, (("hw.state", s),))
     if lost:
         return
+    by_mode = host and any(values.get(m) is not None for m in CPU_MODE_METRICS)
     for metric, extra in DIRECT.items():
         v = values.get(metric)
-        if v is None:
+        if v is None or (by_mode and metric == "host_cpu_util"):
             continue
         name = _NAMES[metric]
         if host != name.startswith("system."):

@@ -200,12 +200,30 @@ def _coverage(doc: dict[str, Any]) -> str:
     rows = cov.get("unjudged") or []
     if not rows:
         return head
-    body = "".join(f"<tr><td><code>{esc(u.get('name'))}</code></td><td>{esc(u.get('kind'))}</td><td class='n'>"
+    shown = _unjudged_names(rows)
+    body = "".join(f"<tr><td title='{esc(u.get('name'))}'>{name}</td><td>{esc(u.get('kind'))}</td><td class='n'>"
                    f"{esc(_us(u.get('kernel_us')))}</td><td class='n'>{esc(_pct(u.get('share')))}</td>"
-                   f"<td>{esc(REASONS.get(str(u.get('reason')), u.get('reason')))}</td></tr>" for u in rows)
+                   f"<td>{esc(REASONS.get(str(u.get('reason')), u.get('reason')))}</td></tr>" for u, name in zip(rows, shown))
     return (head + "<table class='unjudged'><caption>Largest unjudged work</caption><tr><th>op or kernel</th>"
             "<th>kind</th><th class='n'>GPU time</th><th class='n'>share</th><th>why not judged</th></tr>" + body
             + "</table>")
+
+
+def _unjudged_names(rows: list[dict[str, Any]]) -> list[str]:
+    """The unjudged table's name cells: kernels, copies and collectives by the short, distinct
+    names ``analyze`` and the kernels table show (a demangled template runs to ten lines), the
+    full name folding out below; ops (``aten::mm``) by their name, as the ops table has them."""
+    from .names import distinct_names
+
+    kernels = [i for i, u in enumerate(rows) if u.get("kind") != "op"]
+    shorts = dict(zip(kernels, distinct_names([str(rows[i].get("name")) for i in kernels], KERNEL_NAME_CHARS)))
+    out = []
+    for i, u in enumerate(rows):
+        full = str(u.get("name"))
+        short = shorts.get(i, full)
+        out.append(f"<code>{esc(full)}</code>" if short == full else
+                   f"<details><summary><code>{esc(short)}</code></summary><code>{esc(full)}</code></details>")
+    return out
 
 
 def _ops_table(doc: dict[str, Any]) -> str:
@@ -247,17 +265,39 @@ def _time_decimals(span_ns: int) -> int:
     return max(0, min(6, 1 - math.floor(math.log10(max(span_ns / 1e9, 1e-9)))))
 
 
+#: Telemetry chart geometry: width, height, left and bottom margins (the margins hold the axes).
+TELE_W, TELE_H, TELE_L, TELE_B = 680, 130, 56, 22
+#: The link utilization chart's lines: (direction, attribute of the series, colour).
+LINK_LINES = (("TX", "tx", "#8e44ad"), ("RX", "rx", "#3aa87a"))
+
+
 def _telemetry(data: dict[str, Any]) -> str:
     series = data.get("series") or []
-    if not series:
+    links = data.get("links") or []
+    stamps = [t for s in series for t in s["ts_ns"]] + [t for ln in links for t in ln.ts_ns]
+    if not stamps:
         return "<p class='muted'>No telemetry samples in this run.</p>"
-    t0 = min(min(s["ts_ns"]) for s in series if s["ts_ns"])
-    t1 = max(max(s["ts_ns"]) for s in series if s["ts_ns"])
+    t0, t1 = min(stamps), max(stamps)
     span = max(t1 - t0, 1)
-    W, H, L, B = 680, 130, 56, 22  # noqa: N806  (chart geometry: left and bottom margins hold the axes)
+    W, H, L, B = TELE_W, TELE_H, TELE_L, TELE_B  # noqa: N806
 
     def px(t: int) -> float:
         return L + (t - t0) / span * (W - L - 10)
+
+    def frame(py: Any, lo: str, hi: str, lo_v: float, hi_v: float) -> str:
+        """The profiler windows shaded, the axes: the lowest and highest value on the value
+        axis, seconds from the first sample on the time axis (a line without them cannot be read)."""
+        shade = "".join(
+            f"<rect x='{px(max(a, t0)):.1f}' y='20' width='{max((min(b, t1) - max(a, t0)) / span * (W - L - 10), 1):.1f}' "
+            f"height='{H - B - 20}' fill='var(--grid)'><title>profiler window</title></rect>"
+            for a, b in data.get("windows") or [] if b >= t0 and a <= t1)
+        return (shade + f"<line class='axis' x1='{L}' y1='20' x2='{L}' y2='{H - B}'/>"
+                f"<line class='axis' x1='{L}' y1='{H - B}' x2='{W - 10}' y2='{H - B}'/>"
+                f"<text class='ymax' x='{L - 4}' y='{py(hi_v) + 4:.1f}' text-anchor='end'>{esc(hi)}</text>"
+                f"<text class='ymin' x='{L - 4}' y='{py(lo_v) + 4:.1f}' text-anchor='end'>{esc(lo)}</text>"
+                + "".join(f"<text class='tick' x='{px(t0 + f * span):.1f}' y='{H - 6}' text-anchor='{anchor}'>"
+                          f"{f * span / 1e9:,.{_time_decimals(span)}f} s</text>"
+                          for f, anchor in ((0.0, "start"), (0.5, "middle"), (1.0, "end"))))
 
     out = []
     for s in series:
@@ -274,27 +314,66 @@ def _telemetry(data: dict[str, Any]) -> str:
                 return f"{v:,.1f} {unit}" if unit else _pct(v)
 
             coords = " ".join(f"{px(t):.1f},{py(v):.1f}" for t, v in pts)
-            shade = "".join(
-                f"<rect x='{px(max(a, t0)):.1f}' y='20' width='{max((min(b, t1) - max(a, t0)) / span * (W - L - 10), 1):.1f}' "
-                f"height='{H - B - 20}' fill='var(--grid)'><title>profiler window</title></rect>"
-                for a, b in data.get("windows") or [] if b >= t0 and a <= t1)
             label = f"{s['key']} {'power' if metric == 'power_w' else 'utilization'}"
             lo, peak = min(v for _, v in pts), max(v for _, v in pts)
-            # axes: the lowest and highest sample on the value axis, seconds from the first sample
-            # on the time axis (a line without them cannot be read)
-            axes = (f"<line class='axis' x1='{L}' y1='20' x2='{L}' y2='{H - B}'/>"
-                    f"<line class='axis' x1='{L}' y1='{H - B}' x2='{W - 10}' y2='{H - B}'/>"
-                    f"<text class='ymax' x='{L - 4}' y='{py(peak) + 4:.1f}' text-anchor='end'>{esc(val(peak))}</text>"
-                    f"<text class='ymin' x='{L - 4}' y='{py(lo) + 4:.1f}' text-anchor='end'>{esc(val(lo))}</text>"
-                    + "".join(f"<text class='tick' x='{px(t0 + f * span):.1f}' y='{H - 6}' text-anchor='{anchor}'>"
-                              f"{f * span / 1e9:,.{_time_decimals(span)}f} s</text>"
-                              for f, anchor in ((0.0, "start"), (0.5, "middle"), (1.0, "end"))))
             out.append(f"<figure><svg class='telemetry' viewBox='0 0 {W} {H}' width='100%' role='img' aria-label='{esc(label)}'>"
-                       f"{shade}{axes}<polyline fill='none' stroke='#2b7bba' stroke-width='1.5' points='{coords}'/>"
+                       f"{frame(py, val(lo), val(peak), lo, peak)}<polyline fill='none' stroke='#2b7bba' stroke-width='1.5' points='{coords}'/>"
                        f"<text x='{L + 4}' y='14'>{esc(label)} (max {peak:,.1f}{esc(unit) if unit else ''}"
                        f"{'' if unit else ' = ' + _pct(peak)})</text></svg></figure>")
+    out += [_link_chart(ln, px, frame) for ln in links if ln.link_bytes_per_s]
+    if links:
+        out.append(_link_table(links))
     out.append(f"<p class='muted'>{(t1 - t0) / 1e9:,.{_time_decimals(span)}f} s of samples; shaded: profiler windows.</p>")
     return "".join(out)
+
+
+def _link_chart(ln: Any, px: Any, frame: Any) -> str:
+    """One GPU's NVLink / XGMI utilization, TX and RX, in percent of the spec's link bandwidth
+    in one direction (the figure the timeline export's ``link_tx/rx_util_pct`` tracks carry)."""
+    from .links import peak
+
+    H, B = TELE_H, TELE_B  # noqa: N806
+    lines = [(name, colour, [(t, v) for t, v in zip(ln.ts_ns, getattr(ln, f"{attr}_pct")) if v is not None])
+             for name, attr, colour in LINK_LINES]
+    top = max((v for _, _, pts in lines for _, v in pts), default=0.0)
+    # the highest reading with a tenth of room above it, as the power chart; an idle link still
+    # gets an axis (1 %) rather than a division by zero
+    vmax = top * 1.1 or 1.0
+
+    def py(v: float) -> float:
+        return H - B - v / vmax * (H - B - 20)
+
+    drawn = "".join(f"<polyline class='link-{name.lower()}' fill='none' stroke='{colour}' stroke-width='1.5' "
+                    f"points='{' '.join(f'{px(t):.1f},{py(v):.1f}' for t, v in pts)}'>"
+                    f"<title>{esc(ln.key)} link {name}, % of {esc(_si(ln.link_bytes_per_s, 'B/s'))}</title></polyline>"
+                    for name, colour, pts in lines if pts)
+    peaks = " · ".join(f"<tspan fill='{colour}'>{name}</tspan> max {_fixed(peak(getattr(ln, f'{attr}_pct')), ' %')}"
+                       for name, attr, colour in LINK_LINES)
+    label = f"{ln.key} link utilization"
+    return (f"<figure><svg class='telemetry link' data-device='{esc(ln.key)}' data-vmax-pct='{vmax:.6g}' "
+            f"data-link-bytes-per-s='{ln.link_bytes_per_s:.6g}' viewBox='0 0 {TELE_W} {H}' width='100%' role='img' "
+            f"aria-label='{esc(label)}'>{frame(py, '0 %', f'{top:,.1f} %', 0.0, top)}{drawn}"
+            f"<text x='{TELE_L + 4}' y='14'>{esc(label)}: % of {esc(_si(ln.link_bytes_per_s, 'B/s'))} per direction "
+            f"({esc(ln.spec)}) · {peaks}</text></svg></figure>")
+
+
+def _link_table(links: list[Any]) -> str:
+    """Per GPU with link rates: the spec's bandwidth and the peak and mean TX / RX, bytes/s and
+    percent of it ("-" where the spec gives no NVLink / Infinity Fabric bandwidth)."""
+    from .links import mean, peak
+
+    def cells(bps: list[Any], pct: list[Any]) -> str:
+        return "".join(f"<td class='n'>{esc(_si(f(bps), 'B/s'))}</td><td class='n'>{_fixed(f(pct), ' %')}</td>"
+                       for f in (peak, mean))
+
+    rows = "".join(
+        f"<tr data-device='{esc(ln.key)}'><td>{esc(ln.key)}</td><td>{esc(ln.spec or '-')}</td>"
+        f"<td class='n'>{esc(_si(ln.link_bytes_per_s, 'B/s')) if ln.link_bytes_per_s else 'unknown'}</td>"
+        f"{cells(ln.tx_bytes_per_s, ln.tx_pct)}{cells(ln.rx_bytes_per_s, ln.rx_pct)}</tr>" for ln in links)
+    return ("<table class='links'><caption>GPU-GPU links (NVLink / XGMI, every link together, one direction)</caption>"
+            "<tr><th>GPU</th><th>spec</th><th class='n'>link bandwidth</th><th class='n'>TX peak</th><th class='n'>%</th>"
+            "<th class='n'>TX mean</th><th class='n'>%</th><th class='n'>RX peak</th><th class='n'>%</th>"
+            "<th class='n'>RX mean</th><th class='n'>%</th></tr>" + rows + "</table>")
 
 
 def _advice(doc: dict[str, Any]) -> str:

@@ -184,6 +184,11 @@ def private_bootstrap(run_dir: Path) -> Path:
             os.fchmod(fd, 0o600)  # readable by the program whatever the umask
         with open(fd, "wb") as dst, open(src, "rb") as data:
             shutil.copyfileobj(data, dst)
+    # The program's Python caches the bootstrap's bytecode beside it; left to the program's umask
+    # that folder would be 0777 under umask 0. Made here, owner-only, as the rest of the folder.
+    cache = boot / "__pycache__"
+    cache.mkdir(mode=0o700)
+    os.chmod(cache, 0o700)
     return boot
 
 
@@ -328,6 +333,19 @@ def execute(opts: RunOptions, progress: Say | None = None) -> RunOutcome:
     late = _recording_started(opts.db, run_id, sampler, run_dir, opts.profile, pending, opts.model)
     env = child_env(run_dir, run_id, opts.profile, bootstrap_dir=boot, command=opts.command)
     child_stdout = _stderr_fd() if opts.child_stdout_to_stderr else None
+    # A stop signal that comes while the child is being started is held and passed on once it
+    # exists: with the default handler it would stop gpuscope alone while the program, in its own
+    # process group, never hears of it (seen on a loaded machine: a Ctrl-C right after start).
+    previous: dict[int, Any] = {}
+    early: list[int] = []
+
+    def hold(signum: int, frame: Any) -> None:
+        early.append(signum)
+
+    for sname in FORWARDED_SIGNALS:
+        sig = getattr(signal, sname, None)
+        if sig is not None:
+            previous[sig] = signal.signal(sig, hold)
     try:
         # The child keeps the user's umask: gpuscope's own files are owner-only, the program's are its business.
         if sys.version_info >= (3, 11):
@@ -335,12 +353,15 @@ def execute(opts: RunOptions, progress: Say | None = None) -> RunOutcome:
         else:  # process_group is 3.11's; before it the child makes its own group
             child = subprocess.Popen(opts.command, env=env, preexec_fn=os.setpgrp, umask=user_umask(),  # noqa: PLW1509
                                      stdout=child_stdout)
-    except OSError as exc:
+    except BaseException as exc:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+        if not isinstance(exc, OSError):
+            raise
         sampler.stop()
         _finish(opts.db, run_id, "failed", None, time.time_ns(), pending=pending)
         raise InputError(shown_program(opts.command[0]), f"cannot start: {exc.strerror or exc}") from None
     tree.roots = (child.pid,)
-    previous: dict[int, Any] = {}
     stops: list[tuple[int, int]] = []  # (signal, ns) passed on to the child
     child_done = threading.Event()
     # Once the program is found to ignore the signal passed on: what each further one sends
@@ -383,10 +404,10 @@ def execute(opts: RunOptions, progress: Say | None = None) -> RunOutcome:
         except ProcessLookupError:
             pass
 
-    for sname in FORWARDED_SIGNALS:
-        sig = getattr(signal, sname, None)
-        if sig is not None:
-            previous[sig] = signal.signal(sig, forward)
+    for sig in previous:
+        signal.signal(sig, forward)
+    for signum in early:  # stop signals that came while the program was being started
+        forward(signum, None)
     try:
         try:
             code = _wait(child, sampler, live, started_ns, opts.status_line, line)

@@ -18,7 +18,7 @@ from ..redact import redact_command
 if TYPE_CHECKING:  # pragma: no cover
     import duckdb
 
-SCHEMA_VERSION = 9
+SCHEMA_VERSION = 10
 #: Block size of new store files: DuckDB's default (256 KiB) makes even an empty store large;
 #: 64 KiB blocks keep small runs small at no measurable cost in speed (bench/README.md).
 STORE_BLOCK_SIZE = 65536
@@ -311,8 +311,30 @@ def _migration_8_to_9(con: duckdb.DuckDBPyConnection) -> None:
     con.execute("ALTER TABLE ops ADD COLUMN IF NOT EXISTS comm_args VARCHAR")
 
 
+#: Sample columns added by schema version 10: the host's CPU time by OpenTelemetry cpu.mode
+#: (issue 32), names and types fixed here, not read from gpuscope.metrics.
+_SAMPLE_COLUMNS_V10 = (
+    ("host_cpu_user_util", "DOUBLE"),
+    ("host_cpu_system_util", "DOUBLE"),
+    ("host_cpu_nice_util", "DOUBLE"),
+    ("host_cpu_idle_util", "DOUBLE"),
+    ("host_cpu_iowait_util", "DOUBLE"),
+    ("host_cpu_interrupt_util", "DOUBLE"),
+    ("host_cpu_steal_util", "DOUBLE"),
+)
+
+
+def _migration_9_to_10(con: duckdb.DuckDBPyConnection) -> None:
+    # Each cpu.mode's fraction of the host's CPU time (collectors/host.py); NULL in rows stored
+    # before, which held only the busy total (host_cpu_util, unchanged). IF NOT EXISTS: a new
+    # store's samples table already has them (step 0->1 reads the current metric table), and a
+    # second run changes nothing.
+    for name, sql_type in _SAMPLE_COLUMNS_V10:
+        con.execute(f"ALTER TABLE samples ADD COLUMN IF NOT EXISTS {name} {sql_type}")
+
+
 MIGRATIONS = (_migration_0_to_1, _migration_1_to_2, _migration_2_to_3, _migration_3_to_4, _migration_4_to_5,
-              _migration_5_to_6, _migration_6_to_7, _migration_7_to_8, _migration_8_to_9)
+              _migration_5_to_6, _migration_6_to_7, _migration_7_to_8, _migration_8_to_9, _migration_9_to_10)
 assert len(MIGRATIONS) == SCHEMA_VERSION
 
 

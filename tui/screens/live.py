@@ -32,6 +32,7 @@ from gpuscope.collectors.base import WatchedProcesses
 
 from ..text import safe_text
 from .base import GpuscopeScreen
+from ..widgets.live_chart import MAX_PLOT_ROWS, MIN_PLOT_ROWS
 from ..widgets.live_device import GPU_CELLS, HOST_CELLS, DeviceCard
 from ..widgets.live_history import bucket_seconds
 
@@ -113,6 +114,8 @@ class LiveScreen(GpuscopeScreen):
         self._reasons: dict[str | None, dict[str | None, str]] = {}
         self._names: dict[int, str] = {}
         self._columns = 2
+        #: plot rows of the cards' large charts (0: none; set by the room the screen has)
+        self.plot_rows = 0
         #: refreshes done since the devices were shown (tests wait on it)
         self.refreshes = 0
         #: the vendors' statuses once the sampler started (None before)
@@ -240,9 +243,37 @@ class LiveScreen(GpuscopeScreen):
             widgets.append(Static("\n".join(["no GPU found on this machine; showing the host only", *reasons]),
                                   id="no-gpu", classes="no-gpu", markup=False))
         box.mount_all(widgets)
+        # the charts' height needs the cards laid out in the box
+        self.call_after_refresh(self._fit_charts)
 
     def on_resize(self, event: Resize) -> None:
         self._apply_columns()
+        # the box has its new size once the screen is laid out again
+        self.call_after_refresh(self._fit_charts)
+
+    def _fit_charts(self) -> None:
+        """Large history charts when the terminal has room for them: the tallest charts (every
+        card's alike) with which every card fits the box without scrolling; none (the cells'
+        one-line sparklines) when even :data:`MIN_PLOT_ROWS` rows do not fit (80x24 with two
+        GPUs, eight GPUs at 160x48)."""
+        cards = [c for c in self._cards.values() if c.is_mounted]
+        if not cards:
+            return
+        box = self.query_one("#live-devices", VerticalScroll)
+        width = box.size.width - box.styles.gutter.width
+        others = sum(w.outer_size.height for w in box.children if not isinstance(w, DeviceCard) and w.display)
+        room = box.size.height - box.styles.gutter.height - others
+        if width <= 0 or room <= 0:
+            return
+        rows = 0
+        if any(c.chart_rows_at(width) for c in cards):
+            for r in range(MAX_PLOT_ROWS, MIN_PLOT_ROWS - 1, -1):
+                if sum(c.rows_at(width, r) for c in cards) <= room:
+                    rows = r
+                    break
+        self.plot_rows = rows
+        for card in cards:
+            card.set_plot_rows(rows)
 
     def _apply_columns(self) -> None:
         """As many metric cells side by side as the width takes (2 at 80 columns, 4 at 160)."""

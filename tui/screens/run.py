@@ -118,6 +118,24 @@ def no_gpu_text(doc: dict[str, Any], profiling: bool | None) -> str:
             "kernels and no roofline.")
 
 
+def link_lines(links: Sequence[Any]) -> list[str]:
+    """One line per GPU with NVLink / XGMI rates under the timeline: the link bandwidth its
+    ``lnk tx`` / ``lnk rx`` rows are a percent of, and each direction's peak in bytes/s and
+    percent (bytes/s only where the spec gives no link bandwidth: then it has no rows)."""
+    from gpuscope.render.links import peak
+
+    out = []
+    for ln in links:
+        parts = []
+        for name, bps, pct in (("TX", ln.tx_bytes_per_s, ln.tx_pct), ("RX", ln.rx_bytes_per_s, ln.rx_pct)):
+            top, top_pct = peak(bps), peak(pct)
+            parts.append(f"{name} peak {fmt_rate(top, 'B/s')}" + ("" if top_pct is None else f" ({top_pct:.1f} %)"))
+        where = (f"lnk tx/rx in % of {fmt_rate(ln.link_bytes_per_s, 'B/s')} per direction ({ln.spec})" if ln.link_bytes_per_s
+                 else f"no link bandwidth in the spec ({ln.spec or 'GPU not identified'}): bytes/s only")
+        out.append(f"{ln.key} NVLink/XGMI, all links: {where}; " + ", ".join(parts))
+    return out
+
+
 class RunRead(Message, bubble=False):
     """The run screen's worker read ``run_id`` (None: the newest run) for read number ``seq``:
     ``detail`` (:func:`tui.data.run_detail`) when it worked, else ``problem``, the status line's
@@ -411,9 +429,14 @@ class RunScreen(GpuscopeScreen):
                     "rows without FLOPs or bytes have no place on a log scale.")
 
     def _show_timeline(self, detail: dict[str, Any]) -> None:
+        from gpuscope.render.links import link_series
+
         doc = detail["analysis"]
         run = doc["run"]
-        tl = build(detail["devices"], detail["samples"], detail["annotations"], run.get("started_ns"), run.get("ended_ns"))
+        # NVLink / XGMI rates against the spec the run was judged on, as the timeline export draws them
+        links = link_series(doc.get("devices") or [], detail["samples"])
+        tl = build(detail["devices"], detail["samples"], detail["annotations"], run.get("started_ns"), run.get("ended_ns"),
+                   links=links)
         self.query_one(Timeline).set_data(tl)
         note = self.query_one("#timeline-note", Static)
         if tl is None:
@@ -422,7 +445,8 @@ class RunScreen(GpuscopeScreen):
                                                           if detail["annotations"] else ""))
         else:
             kinds = sorted({a.kind for a in detail["annotations"]})
-            note.update("═ profiler window  ▼ mark" + (f" ({', '.join(kinds)})" if kinds else " (none in this run)"))
+            note.update("\n".join(["═ profiler window  ▼ mark" + (f" ({', '.join(kinds)})" if kinds else " (none in this run)"),
+                                    *(safe_text(line) for line in link_lines(links))]))
 
     def _show_communication(self) -> None:
         """The run's collectives judged against their link, the exposed communication and, with

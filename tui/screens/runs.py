@@ -207,6 +207,9 @@ class RunsScreen(GpuscopeScreen):
         #: the store's files when the rows were read, and when (monotonic seconds)
         self._read_stamp: Any = None
         self._read_at = 0.0
+        # the stamp a read in flight was started for: a refresh that comes before it answers
+        # (a loaded machine, a slow store) would only read the same store again
+        self._reading_stamp: Any = None
 
     DEFAULT_CSS = """
     RunsScreen #runs-table { height: 1fr; }
@@ -249,6 +252,9 @@ class RunsScreen(GpuscopeScreen):
                 and time.monotonic() - self._read_at < FORCE_READ_S
                 and not any(r["status"] == "recording" for r in self.rows)):
             return
+        if self._reading_stamp is not None and self._reading_stamp == stamp:
+            return
+        self._reading_stamp = stamp
         self._read_runs(stamp)
 
     @work(thread=True, exclusive=True, group="runs-read")
@@ -274,6 +280,7 @@ class RunsScreen(GpuscopeScreen):
         if read.rows is not None:
             self.rows = read.rows
             self._read_stamp, self._read_at = read.stamp, time.monotonic()
+        self._reading_stamp = None
         self.store_message = read.message
         self._loaded = True
         self.show()

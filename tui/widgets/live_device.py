@@ -6,13 +6,17 @@ The card is one widget that draws its own lines (Textual's line API, ``render_li
 refresh works out the card's lines as text, and only the lines whose text changed are marked
 dirty and repainted. An earlier card of about 25 widgets (a Static and a Sparkline per cell)
 cost the compositor a third of a core for 8 GPUs at 10 Hz (bench/README.md, bench_tui live).
-A sparkline's characters are worked out again only when its history closes a bucket. Metric
+A sparkline's characters are worked out again only when its history closes a bucket. When the
+screen has room (:meth:`DeviceCard.set_plot_rows`), utilization, memory, power and temperature
+are drawn as large charts instead (``live_chart``), their plots likewise worked out again when
+a bucket closes. Metric
 names and units come from :data:`gpuscope.metrics.METRICS`; numbers are formatted with
 :mod:`gpuscope.render.table`'s helpers. Nothing relies on colour alone: a lost device says
 LOST, a missing metric says why.
 """
 from __future__ import annotations
 
+import math
 import re
 import textwrap
 from collections.abc import Iterable, Sequence
@@ -29,6 +33,7 @@ from gpuscope.metrics import METRICS_BY_NAME, HeldReadings
 from gpuscope.render.table import fmt_pct, fmt_rate, shorten
 
 from ..text import safe_text
+from .live_chart import MAX_PLOT_ROWS, chart_grid, chart_lines, finite_max, nice_top
 from .live_history import MetricHistory
 
 
@@ -57,6 +62,11 @@ HOST_CELLS: tuple[Cell, ...] = (
     Cell("cpu", "CPU", "host_cpu_util"),
     Cell("hmem", "mem", "host_mem_used_bytes", "host_mem_total_bytes"),
 )
+#: The metrics drawn as large charts when the screen has room, in this order: a GPU's
+#: utilization, memory, power and temperature (its other metrics keep their cells and
+#: sparklines), the host's CPU and memory. A wider terminal gives wider charts, not more.
+CHART_METRICS = ("gpu_util", "mem_used_bytes", "power_w", "temp_c", "host_cpu_util", "host_mem_used_bytes")
+
 #: Short names of the metrics a cell shows against (for the "n/a" line).
 TOTAL_LABELS = {"mem_total_bytes": "mem total", "power_limit_w": "power limit", "host_mem_total_bytes": "mem total"}
 
@@ -123,6 +133,25 @@ def sparkline(data: Sequence[float], width: int) -> str:
     return "".join(SPARK_BARS[int(round((v - lo) / span * top)) if span > 0 else 0] for v in points)
 
 
+def axis_range(metric: str, data: Sequence[float], total: float | int | None) -> tuple[float, float, str, str]:
+    """A chart's y axis for ``metric``: (bottom, top, their labels). Ratios span 0-100 %; a
+    metric shown against a total (memory, power) spans 0 to the total (or the history's
+    maximum when that is higher); the others 0 to their maximum rounded up (57 °C -> 60)."""
+    unit = METRICS_BY_NAME[metric].otel_unit
+    peak = finite_max(data)
+    if unit == "1":
+        hi = max(1.0, float(peak))
+        return 0.0, hi, "0%", f"{hi * 100:.0f}%"
+    if total is not None and math.isfinite(total) and total > 0:
+        hi = max(float(total), float(peak))
+    else:
+        hi = nice_top(float(peak))
+    lo_label = fmt_metric(metric, 0)
+    if unit == "By":
+        return 0.0, hi, "0", fmt_rate(hi, "B")
+    return 0.0, hi, lo_label.split(" ")[0], fmt_metric(metric, hi)
+
+
 #: A line of a card: (text, style name) parts; style names are the card's component classes.
 _Line = tuple[tuple[str, str], ...]
 
@@ -153,6 +182,14 @@ class DeviceCard(Widget):
         self._shown = self.shown_cells()
         self._texts: dict[str, str] = {c.key: "" for c in self._shown}  # cell key -> its text
         self._sparks: dict[str, tuple[int | None, int, str]] = {}  # cell key -> (bucket, width, line)
+        #: plot rows of the large charts (0: none, the cells' sparklines only); the screen sets it
+        self.plot_rows = 0
+        self._charts: dict[str, tuple[tuple[object, ...], list[tuple[str, str, str]]]] = {}
+        #: the last reading of each total a cell is shown against (a chart's axis keeps its top
+        #: while the device is lost or a tick misses it)
+        self._totals: dict[str, float | int] = {}
+        #: where the charts were drawn: (metric, x, y, width, plot rows) in the card's lines
+        self.chart_boxes: list[tuple[str, int, int, int, int]] = []
         missing = self.missing()
         self.missing_text = "; ".join(f"n/a {', '.join(names)}: {why}" for why, names in missing.items())
         self.procs_text = ""
@@ -213,6 +250,57 @@ class DeviceCard(Widget):
             self.columns = columns
             self._relayout()
 
+    def set_plot_rows(self, rows: int) -> None:
+        """Large charts ``rows`` plot rows high (0: none); the screen picks it from its room."""
+        rows = max(0, min(MAX_PLOT_ROWS, rows))
+        if rows != self.plot_rows:
+            self.plot_rows = rows
+            self._relayout()
+
+    def charted_cells(self, width: int) -> tuple[list[Cell], int]:
+        """(the cells drawn as charts, charts per row) at ``width`` columns when charts are on."""
+        cells = [c for c in self._shown if c.metric in CHART_METRICS]
+        cells.sort(key=lambda c: CHART_METRICS.index(c.metric))
+        kept, per_row = chart_grid(len(cells), max(1, width - PAD))
+        return cells[:kept], per_row
+
+    def rows_at(self, width: int, plot_rows: int) -> int:
+        """How many lines the card takes at ``width`` columns with charts of ``plot_rows`` rows
+        (0: without charts), as :meth:`_build_lines` makes them; the screen uses it to share
+        its height out."""
+        charted: list[Cell] = []
+        chart_rows = 0
+        if plot_rows > 0:
+            charted, per_row = self.charted_cells(width)
+            chart_rows = -(-len(charted) // per_row) if charted else 0
+        cells = len([c for c in self._shown if c not in charted])
+        n = 1 + -(-cells // self.columns) + chart_rows * (min(plot_rows, MAX_PLOT_ROWS) + 2)
+        if self.missing_text:
+            n += len(textwrap.wrap(self.missing_text, max(10, width - PAD)) or [""])
+        return n + (1 if self.with_processes else 0)
+
+    def chart_rows_at(self, width: int) -> int:
+        """How many rows of charts the card has at ``width`` columns (0 without chartable metrics)."""
+        cells, per_row = self.charted_cells(width)
+        return -(-len(cells) // per_row) if cells else 0
+
+    def _chart(self, cell: Cell, width: int, rows: int) -> list[tuple[str, str, str]]:
+        h = self.history[cell.metric]
+        total = self._totals.get(cell.total) if cell.total else None
+        title = self._texts.get(cell.key, "") or cell.label
+        # the plot is worked out again when a bucket closes (or the size or the axis changes);
+        # the title line, with the value of this tick, every time
+        key = (h.newest_bucket, width, rows, total)
+        drawn = self._charts.get(cell.key)
+        if drawn is None or drawn[0] != key:
+            data = h.data
+            lo, hi, lo_label, hi_label = axis_range(cell.metric, data, total)
+            lines = chart_lines("", data, points=h.points, span_s=h.points * self.bucket_s, width=width,
+                                rows=rows, lo=lo, hi=hi, lo_label=lo_label, hi_label=hi_label)
+            drawn = (key, lines)
+            self._charts[cell.key] = drawn
+        return [("", "", f"{title[:width]:<{width}}"), *drawn[1][1:]]
+
     def _relayout(self) -> None:
         self._lines_width = -1
         self._strips.clear()
@@ -237,9 +325,14 @@ class DeviceCard(Widget):
         text_w = min(TEXT_WIDTH, cw)
         spark_w = cw - text_w - 1 if cw - text_w - 1 >= 4 else 0
         value_style = "muted" if self.lost else ""
-        for i in range(0, len(self._shown), self.columns):
+        charted: list[Cell] = []
+        per_row = 1
+        if self.plot_rows > 0:
+            charted, per_row = self.charted_cells(width)
+        cells = [c for c in self._shown if c not in charted]
+        for i in range(0, len(cells), self.columns):
             parts: list[tuple[str, str]] = [(" " * PAD, "")]
-            for j, c in enumerate(self._shown[i:i + self.columns]):
+            for j, c in enumerate(cells[i:i + self.columns]):
                 if j:
                     parts.append((" " * GUTTER, ""))
                 text = self._texts.get(c.key, "")
@@ -249,6 +342,29 @@ class DeviceCard(Widget):
                     parts.append((" ", ""))
                     parts.append((f"{self._spark(c, spark_w):<{spark_w}}", "spark"))
             lines.append(tuple(parts))
+        boxes: list[tuple[str, int, int, int, int]] = []
+        if charted:
+            chart_w = max(1, (width - PAD - GUTTER * (per_row - 1)) // per_row)
+            plot_style = "muted" if self.lost else "spark"
+            for i in range(0, len(charted), per_row):
+                group = charted[i:i + per_row]
+                drawn = [self._chart(c, chart_w, self.plot_rows) for c in group]
+                top = len(lines)
+                for j, c in enumerate(group):
+                    boxes.append((c.metric, PAD + j * (chart_w + GUTTER), top, chart_w, self.plot_rows))
+                for k in range(self.plot_rows + 2):
+                    parts = [(" " * PAD, "")]
+                    for j, chart in enumerate(drawn):
+                        if j:
+                            parts.append((" " * GUTTER, ""))
+                        axis, plot, whole = chart[k]
+                        if whole:
+                            parts.append((f"{whole:<{chart_w}}", value_style if k == 0 else "muted"))
+                        else:
+                            parts.append((axis, "muted"))
+                            parts.append((plot, plot_style))
+                    lines.append(tuple(parts))
+        self.chart_boxes = boxes
         if self.missing_text:
             for row in textwrap.wrap(self.missing_text, max(10, width - PAD)) or [""]:
                 lines.append(((" " * PAD + row, "muted"),))
@@ -323,6 +439,10 @@ class DeviceCard(Widget):
                 v = s.values.get(metric)
                 if v is not None:
                     h.add(s.ts_ns, v)
+            for c in self.cells:
+                t = s.values.get(c.total) if c.total else None
+                if t is not None:
+                    self._totals[str(c.total)] = t
             if s.values.get("proc_gpu_mem_bytes") is not None or s.processes:
                 self._last_procs = s.processes  # a process query was made this tick
         return newest

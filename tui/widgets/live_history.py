@@ -19,6 +19,8 @@ class MetricHistory:
 
     def __init__(self, bucket_s: float, points: int = HISTORY_POINTS) -> None:
         self.bucket_ns = max(1, int(bucket_s * 1e9))
+        #: how many buckets the history keeps (a chart spans them all)
+        self.points = points
         self._means: deque[float] = deque(maxlen=points)
         self._bucket: int | None = None
         self._sum = 0.0

@@ -1,4 +1,5 @@
-"""A run's telemetry over time: one sparkline per device and metric (power W, utilization),
+"""A run's telemetry over time: one sparkline per device and metric (power W, utilization and,
+where the samples hold them, NVLink / XGMI TX and RX in percent of the spec's link bandwidth),
 with the profiler windows and marks on a line of their own, all on one time axis."""
 from __future__ import annotations
 
@@ -17,6 +18,8 @@ VALUE_W = 7
 
 #: metric -> (short label, scale to the shown unit, unit)
 METRICS = {"power_w": ("W", 1.0, "W"), "gpu_util": ("util", 100.0, "%")}
+#: The link rows' labels: TX and RX of every NVLink / XGMI link together, % of the link.
+LINK_LABELS = ("lnk tx", "lnk rx")
 
 
 @dataclass
@@ -95,10 +98,16 @@ def event_line(events: list[tuple[int, int | None, str, str]], t0: int, t1: int,
     return "".join(cells)
 
 
+def _label(key: str, label: str) -> str:
+    room = LABEL_W - 2 - len(label)  # the metric stays whole; a long device key is cut
+    return f"{key if len(key) <= room else '…' + key[-(room - 1):]} {label}"
+
+
 def build(devices: list[Any], series: list[Any], annotations: list[Any], started_ns: int | None,
-          ended_ns: int | None) -> TimelineData | None:
-    """What the widget draws, from the read layer's devices, sample series and annotations;
-    None when the run has no telemetry."""
+          ended_ns: int | None, links: list[Any] | None = None) -> TimelineData | None:
+    """What the widget draws, from the read layer's devices, sample series and annotations, and
+    ``links`` (``gpuscope.render.links.link_series``: a TX and an RX row in percent for each GPU
+    whose link bandwidth the spec gives); None when the run has no telemetry."""
     keys = {d.device_id: d.key for d in devices}
     out: list[Series] = []
     for metric, (label, scale, unit) in METRICS.items():
@@ -106,11 +115,14 @@ def build(devices: list[Any], series: list[Any], annotations: list[Any], started
             vals = s.values.get(metric)
             if not vals or all(v is None for v in vals):
                 continue
-            key = str(keys.get(s.device_id, s.device_id))
-            room = LABEL_W - 2 - len(label)  # the metric stays whole; a long device key is cut
-            key = key if len(key) <= room else "…" + key[-(room - 1):]
-            out.append(Series(f"{key} {label}", s.ts_ns,
+            out.append(Series(_label(str(keys.get(s.device_id, s.device_id)), label), s.ts_ns,
                               [None if v is None else float(v) * scale for v in vals], unit))
+    for ln in links or ():
+        if not ln.link_bytes_per_s:
+            continue  # no bandwidth to divide by: the screen's note gives its bytes/s
+        for label, pct in zip(LINK_LABELS, (ln.tx_pct, ln.rx_pct)):
+            if any(v is not None for v in pct):
+                out.append(Series(_label(str(keys.get(ln.device_id, ln.key)), label), ln.ts_ns, pct, "%"))
     if not out:
         return None
     ts = [t for s in out for t in s.ts_ns]
