@@ -235,3 +235,27 @@ def launch_trace(path: Path, n: int = 3000) -> Path:
         events += [cpu_op("aten::mm", t, 20.0, ext=i + 1), runtime("cudaLaunchKernel", t + 2, 2.0, corr=i + 1, ext=i + 1),
                    kernel("k", t + 5, 10.0, corr=i + 1)]
     return write_trace(path, events)
+
+
+def ingested_template(tmp_path_factory: pytest.TempPathFactory, events: list[Any], name: str = "r") -> Path:
+    """A store holding one run ``name`` of ``events``, ingested once for a module (making a store
+    is most of a small test's time); read-only: each test copies it (shutil.copyfile)."""
+    d = tmp_path_factory.mktemp("template")
+    trace = write_trace(d / "t.json", events)
+    db = d / "store.duckdb"
+    assert run_cli("ingest", trace, "--name", name, "-q", "--db", db).code == 0
+    assert not Path(f"{db}.wal").exists()  # the whole store is the one file copied
+    return db
+
+
+def link_test_devices() -> list[Any]:
+    """An H100 SXM (NVLink 450 GB/s), an MI300X (XGMI 448 GB/s) and a PCIe-only L40S: the GPUs
+    the link-telemetry tests sample."""
+    from gpuscope.collectors.base import DeviceInfo
+
+    return [DeviceInfo(key="gpu0", vendor="nvidia", index=0, name="NVIDIA H100 80GB HBM3", uuid="GPU-1",
+                       spec_key="h100-sxm", kind="gpu"),
+            DeviceInfo(key="gpu1", vendor="amd", index=1, name="AMD Instinct MI300X", uuid="GPU-2",
+                       spec_key="mi300x", kind="gpu"),
+            DeviceInfo(key="gpu2", vendor="nvidia", index=2, name="NVIDIA L40S", uuid="GPU-3",
+                       spec_key="l40s", kind="gpu")]

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from conftest import kernel, run_cli, write_trace
+from conftest import kernel, link_test_devices, run_cli, write_trace
 
 T0_NS = 1_767_225_600_000_000_000
 STEP_NS = 100_000_000  # 0.1 s between ticks
@@ -25,15 +25,6 @@ PCT = {"gpu0": {"tx": [20.0, 10.0, 50.0], "rx": [2.0, None, 10.0]},
        "gpu1": {"tx": [None, 10.0, 20.0], "rx": [50.0, 1.0, None]}}
 
 
-def _devices() -> list[Any]:
-    from gpuscope.collectors.base import DeviceInfo
-
-    return [DeviceInfo(key="gpu0", vendor="nvidia", index=0, name="NVIDIA H100 80GB HBM3", uuid="GPU-1",
-                       spec_key="h100-sxm", kind="gpu"),
-            DeviceInfo(key="gpu1", vendor="amd", index=1, name="AMD Instinct MI300X", uuid="GPU-2",
-                       spec_key="mi300x", kind="gpu"),
-            DeviceInfo(key="gpu2", vendor="nvidia", index=2, name="NVIDIA L40S", uuid="GPU-3",
-                       spec_key="l40s", kind="gpu")]
 
 
 def _rows(k: int) -> list[Any]:
@@ -53,7 +44,7 @@ def _store_run(db: Path) -> None:
     from gpuscope.sinks.base import SampleBatch, SamplerInfo, SamplerStats
 
     sink = StoreSink(db, name="links", flush_s=0.0)
-    sink.start(SamplerInfo(interval_s=0.1, started_ns=T0_NS, vendors=[], devices=_devices()))
+    sink.start(SamplerInfo(interval_s=0.1, started_ns=T0_NS, vendors=[], devices=link_test_devices()))
     for k in range(3):
         sink.write(SampleBatch([(k, _rows(k))]))
     sink.close(SamplerStats(interval_s=0.1, started_ns=T0_NS, ended_ns=T0_NS + 2 * STEP_NS, ticks=3))
@@ -121,7 +112,7 @@ def test_a_run_without_link_rates_has_no_link_chart_or_table(tmp_path: Path) -> 
 
     db = tmp_path / "s.duckdb"
     sink = StoreSink(db, name="pcie", flush_s=0.0)
-    sink.start(SamplerInfo(interval_s=0.1, started_ns=T0_NS, vendors=[], devices=_devices()[2:]))
+    sink.start(SamplerInfo(interval_s=0.1, started_ns=T0_NS, vendors=[], devices=link_test_devices()[2:]))
     for k in range(3):
         sink.write(SampleBatch([(k, [Sample("gpu2", T0_NS + k * STEP_NS, {"power_w": 200.0 + k})])]))
     sink.close(SamplerStats(interval_s=0.1, started_ns=T0_NS, ended_ns=T0_NS + 2 * STEP_NS, ticks=3))

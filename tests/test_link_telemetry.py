@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from conftest import run_cli
+from conftest import link_test_devices, run_cli
 
 T0_NS = 1_767_225_600_000_000_000
 STEP_NS = 100_000_000  # 0.1 s between ticks
@@ -20,15 +20,6 @@ H100 = [(1.0e9, 5.0e8), (2.0e9, 5.0e8), (4.5e10, 9.0e10)]
 MI300X = [(None, None), (4.48e10, 2.24e11), (None, None)]  # an XGMI reading missing on the first and last tick
 
 
-def _devices() -> list[Any]:
-    from gpuscope.collectors.base import DeviceInfo
-
-    return [DeviceInfo(key="gpu0", vendor="nvidia", index=0, name="NVIDIA H100 80GB HBM3", uuid="GPU-1",
-                       spec_key="h100-sxm", kind="gpu"),
-            DeviceInfo(key="gpu1", vendor="amd", index=1, name="AMD Instinct MI300X", uuid="GPU-2",
-                       spec_key="mi300x", kind="gpu"),
-            DeviceInfo(key="gpu2", vendor="nvidia", index=2, name="NVIDIA L40S", uuid="GPU-3",
-                       spec_key="l40s", kind="gpu")]
 
 
 def _rows(k: int) -> list[Any]:
@@ -49,7 +40,7 @@ def test_link_rates_are_integrated_into_byte_counters_per_direction() -> None:
     from gpuscope.sinks.base import SampleBatch, SamplerInfo
 
     state = TelemetryState()
-    state.start(SamplerInfo(interval_s=0.1, started_ns=T0_NS, vendors=[], devices=_devices()))
+    state.start(SamplerInfo(interval_s=0.1, started_ns=T0_NS, vendors=[], devices=link_test_devices()))
     for k in range(3):
         state.write(SampleBatch([(k, _rows(k))]))
     got = {(dict(a)["hw.name"], dict(a)["network.io.direction"]): v for v, a in state.observe("gpuscope.gpu.link.io")}
@@ -70,7 +61,7 @@ def _store_run(db: Path) -> None:
     from gpuscope.sinks.base import SampleBatch, SamplerInfo, SamplerStats
 
     sink = StoreSink(db, name="links", flush_s=0.0)
-    sink.start(SamplerInfo(interval_s=0.1, started_ns=T0_NS, vendors=[], devices=_devices()))
+    sink.start(SamplerInfo(interval_s=0.1, started_ns=T0_NS, vendors=[], devices=link_test_devices()))
     for k in range(3):
         sink.write(SampleBatch([(k, _rows(k))]))
     sink.close(SamplerStats(interval_s=0.1, started_ns=T0_NS, ended_ns=T0_NS + 3 * STEP_NS, ticks=3))

@@ -17,7 +17,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from conftest import file_digest, kernel, run_cli, write_trace
+from conftest import file_digest, ingested_template, kernel, run_cli, write_trace
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -170,14 +170,8 @@ def test_floods_do_not_hide_a_write(query: str, kind: str) -> None:
 
 @pytest.fixture(scope="module")
 def _store_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A store with the run "r", ingested once for the module (making a store is most of a
-    test's time here); read-only: each test gets its own copy."""
-    d = tmp_path_factory.mktemp("template")
-    trace = write_trace(d / "t.json", [kernel("gemm", 0.0, 5.0), kernel("ncclAllReduce", 10.0, 5.0)])
-    db = d / "store.duckdb"
-    assert run_cli("ingest", trace, "--name", "r", "-q", "--db", db).code == 0
-    assert not Path(f"{db}.wal").exists()  # the whole store is the one file copied below
-    return db
+    """The run "r", ingested once for the module; each test gets its own copy."""
+    return ingested_template(tmp_path_factory, [kernel("gemm", 0.0, 5.0), kernel("ncclAllReduce", 10.0, 5.0)])
 
 
 @pytest.fixture
