@@ -181,20 +181,21 @@ class CpuTimesWindow:
             return out
         cur = self._read()
         self._base = (mono, cur)
-        out["host_cpu_util"] = _busy_fraction(prev, cur)
-        for mode, value in cpu_mode_fractions(prev._asdict(), cur._asdict()).items():
+        modes = cpu_mode_fractions(prev._asdict(), cur._asdict())
+        for mode, value in modes.items():
             out[CPU_MODE_COLUMNS[mode]] = value
+        out["host_cpu_util"] = _busy_fraction(modes)
         return out
 
 
-def _busy_fraction(prev: Any, cur: Any) -> float | None:
-    """Busy fraction of all CPUs over the window: every field but idle and iowait over the sum
-    of every field (as gpuscope has always stored ``host_cpu_util``)."""
-    total = sum(cur) - sum(prev)
-    idle = (cur.idle - prev.idle) + (getattr(cur, "iowait", 0.0) - getattr(prev, "iowait", 0.0))
-    if total <= 0:
+def _busy_fraction(modes: Mapping[str, float | None]) -> float | None:
+    """Busy fraction of all CPUs over the window: every mode but idle and I/O wait, from the
+    same shares as the modes (so guest time, which Linux also counts in user, is counted once:
+    summing psutil's fields counted it twice and read above 1 - idle - iowait on a VM host)."""
+    idle = modes.get("idle")
+    if idle is None:
         return None
-    return min(max((total - idle) / total, 0.0), 1.0)
+    return min(max(1.0 - idle - (modes.get("iowait") or 0.0), 0.0), 1.0)
 
 
 def cpu_model_name() -> str | None:

@@ -42,8 +42,8 @@ def proc_stat(line: str) -> Any:
 
 
 #: (case, first reading, second reading, each mode's fraction by hand, the busy total by hand).
-#: The busy total is the stored ``host_cpu_util`` as gpuscope always computed it: every field
-#: but idle and iowait over the sum of every field (guest fields included).
+#: The busy total is the stored ``host_cpu_util``: every mode but idle and iowait, from the same
+#: shares as the modes (guest time counted once: summing psutil's fields counted it twice).
 CASES = [
     # recorded on the test VM (2 logical CPUs) about 80 s apart while the test suite ran:
     # d user 10561, nice 3926, system 1564, idle 1, iowait 5, irq 0, softirq 8, steal 109:
@@ -62,32 +62,32 @@ CASES = [
       "steal": 0.0},
      1.0),
     # made up: a KVM host, whose user / nice already hold its guests' 400 / 40 ticks: the modes
-    # count them once (total 1420); the busy total counts them twice (1860), as it always has
+    # count them once (total 1420), and so does the busy total (it read (1860 - 620) / 1860 when it
+    # summed the fields)
     ("guests",
      proc_stat("cpu  1000 200 300 5000 50 10 20 0 400 100"),
      proc_stat("cpu  1600 260 420 5600 70 20 30 0 800 140"),
      {"user": 600 / 1420, "nice": 60 / 1420, "system": 120 / 1420, "idle": 600 / 1420, "iowait": 20 / 1420,
       "interrupt": 20 / 1420, "steal": 0.0},
-     (1860 - 620) / 1860),
+     (1420 - 600 - 20) / 1420),
     # made up: iowait going back (tickless Linux kernels do that): it counts 0
     ("iowait back",
      proc_stat("cpu  100 0 100 700 70 0 0 30 0 0"),
      proc_stat("cpu  200 0 150 800 65 0 0 30 0 0"),
      {"user": 100 / 250, "nice": 0.0, "system": 50 / 250, "idle": 100 / 250, "iowait": 0.0, "interrupt": 0.0,
       "steal": 0.0},
-     (245 - 95) / 245),
+     (250 - 100) / 250),
     # made up, macOS's four fields: no iowait, interrupt or steal there (None)
     ("macOS", MacTimes(10.0, 1.0, 5.0, 84.0), MacTimes(13.0, 1.0, 6.0, 90.0),
      {"user": 3 / 10, "nice": 0.0, "system": 1 / 10, "idle": 6 / 10, "iowait": None, "interrupt": None, "steal": None},
      4 / 10),
     # made up, Windows' five: system (kernel time less idle) holds the 0.5 s of interrupts and
     # the 0.5 s of DPCs (perfmon: "DPC Time is a component of Privileged Time"), which are the
-    # interrupt mode: system 2 - 1, total 4 + 1 + 12 + 1 = 18. The busy total sums every field
-    # (19 s), as it always has
+    # interrupt mode: system 2 - 1, total 4 + 1 + 12 + 1 = 18; busy all but the 12 s idle
     ("Windows", WindowsTimes(10.0, 5.0, 80.0, 1.0, 0.5), WindowsTimes(14.0, 7.0, 92.0, 1.5, 1.0),
      {"user": 4 / 18, "nice": None, "system": 1 / 18, "idle": 12 / 18, "iowait": None, "interrupt": 1 / 18,
       "steal": None},
-     7 / 19),
+     6 / 18),
 ]
 
 
