@@ -215,11 +215,13 @@ def test_example_workload_run_records_windows_marks_and_tokens(tmp_path: Path) -
     from gpuscope.render.run_summary import render_run_summary
 
     db = tmp_path / "s.duckdb"
-    # the window opens at the 26th mark: past the full-length warm-up generation's 24 marks, on a
-    # timed step however loaded the machine is (a delay in seconds fell inside the warm-up at load 12)
-    p = gpuscope(db, "run", "--json", "--profile-after-marks", "26", "--profile-duration", "1", "--", PY,
+    # the window opens at the 26th mark: past the full-length warm-up generation's 24 marks (the
+    # warm-up's end mark is the 25th), on a timed step however loaded the machine is (a delay in
+    # seconds fell inside the warm-up at load 12); 0.5 s open, and 8 s of generations to leave
+    # steps after the trace is written (starting the profiler alone took 3 s on this CPU)
+    p = gpuscope(db, "run", "--json", "--profile-after-marks", "26", "--profile-duration", "0.5", "--", PY,
                  str(REPO / "examples" / "tiny_llm.py"), "--layers", "2", "--d-model", "128", "--new-tokens", "24",
-                 "--prompt-len", "32", "--batch", "2", "--warmup", "1", "--seconds", "4", "--json")
+                 "--prompt-len", "32", "--batch", "2", "--warmup", "1", "--seconds", "8", "--json")
     assert p.returncode == 0, p.stderr
     doc = json.loads(p.stdout)  # stdout: the summary only; the example's own line went to stderr
     workload = json.loads(next(ln for ln in p.stderr.splitlines() if ln.startswith('{"device"')))
@@ -235,19 +237,30 @@ def test_example_workload_run_records_windows_marks_and_tokens(tmp_path: Path) -
     assert gen["basis"] == "steps" and gen["unclosed_tokens"] == 0  # the example ends each generation with a mark
     # steps the profiler window held (opening to trace written) are counted apart, the rest in the rates
     held = gen["profiled"]
-    assert held is not None and held["steps"] >= 1 and not held["kept"]
-    assert gen["decode"]["tokens"] + 2 * gen["prefill"]["steps"] + held["generated_tokens"] == n * 2 * 24
-    assert gen["prefill"]["prompt_tokens"] + held["prompt_tokens"] == n * 2 * 32
-    assert f"left out: {held['steps']:,} step(s) held by the profiler" in render_run_summary(doc)
+    assert held is not None and held["steps"] >= 1
+    decode, prefill = gen["decode"] or {}, gen["prefill"] or {}
+    summary_text = render_run_summary(doc)
+    if held["kept"]:
+        # a loaded machine: the window and its writing held every timed step; the rates are theirs,
+        # and the summary says so
+        assert held["generated_tokens"] == n * 2 * 24 and held["prompt_tokens"] == n * 2 * 32
+        assert decode.get("tokens", 0) + 2 * prefill.get("steps", 0) == n * 2 * 24
+        assert "every step ran under the profiler" in summary_text
+    else:
+        assert decode.get("tokens", 0) + 2 * prefill.get("steps", 0) + held["generated_tokens"] == n * 2 * 24
+        assert prefill.get("prompt_tokens", 0) + held["prompt_tokens"] == n * 2 * 32
+        assert f"left out: {held['steps']:,} step(s) held by the profiler" in summary_text
     w = doc["windows"][0]
     assert w["open_ns"] <= w["start_ns"] < w["end_ns"] <= w["written_ns"]
-    # the example's own decode rate includes the profiled steps (the profiler slowed them down several
-    # times over on the CPU), so the rate without them is at least as high
-    assert gen["decode"]["tokens_per_s"] >= 0.75 * workload["decode_tokens_per_s"]
+    # the decode rate is over the free steps alone (no comparison with the example's own rate: on a
+    # loaded machine two rates measured at different moments say nothing about each other)
+    if decode:
+        assert decode["seconds"] > 0 and decode["tokens_per_s"] == pytest.approx(decode["tokens"] / decode["seconds"])
     assert tele["tokens_per_s"] == gen["tokens_per_s"] > 0
     text = render_run_summary(doc)
     assert f"tokens: {n * 2 * 24:,} generated (marks), {n * 2 * 32:,} prompt: " in text
-    assert "generated tokens/s" in text and "decode " in text and "prompt tokens/s" in text
+    assert "generated tokens/s" in text, text
+    assert ("decode " in text) == bool(decode) and ("prompt tokens/s" in text) == bool(prefill), (gen, text)
     assert "warm-up left out: 24 marks, 48 generated and 64 prompt tokens" in text
     assert len(doc["windows"]) == 1 and doc["analysis"]["ops"]
     w = doc["windows"][0]
