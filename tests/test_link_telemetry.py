@@ -68,7 +68,7 @@ def _store_run(db: Path) -> None:
 
 
 def test_the_timeline_shows_link_utilization_as_percent_of_the_spec_link(tmp_path: Path) -> None:
-    from gpuscope.export.timeline import link_bytes_per_s
+    from gpuscope.specs import link_bytes_per_s
     from gpuscope.specs import load_specs
 
     db = tmp_path / "s.duckdb"

@@ -16,7 +16,7 @@ Perfetto UI and ``chrome://tracing`` open, in the shape Kineto writes, with what
   telemetry devices, ...; docs/export.md, "The round trip");
 - telemetry as counter tracks (``"ph": "C"``) per device and stored metric, on the same time base, and the
   NVLink / XGMI byte rates as link utilization tracks (``gpu0 link_tx_util_pct``, ``..._rx_...``:
-  percent of the spec's scale-up bandwidth in that direction, :func:`link_bytes_per_s`);
+  percent of the spec's scale-up bandwidth in that direction, :func:`gpuscope.specs.link_bytes_per_s`);
 - profiler windows as slices and ``gpuscope.mark`` marks as instant events on a ``gpuscope``
   process.
 
@@ -161,6 +161,8 @@ def _register_analysis(cur: Any, doc: dict[str, Any]) -> None:
         "bytes_per_s": pa.array([_f(o.get("achieved_bytes_per_s")) for o in ops], pa.float64()),
         "pct_of_roof": pa.array([_f(o.get("pct_of_roof")) for o in ops], pa.float64()),
     }))
+    from ..specs import link_bytes_per_s
+
     ids, bws = [], []
     for d in doc.get("devices") or []:
         bw = link_bytes_per_s(d.get("spec"))
@@ -180,28 +182,6 @@ def _register_pid_map(cur: Any, rows: list[tuple[int, str, str]]) -> None:
                                   "pid": pa.array([r[1] for r in rows], pa.string()),
                                   "xpid": pa.array([r[2] for r in rows], pa.string())}))
 
-
-def link_bytes_per_s(spec_key: str | None) -> float | None:
-    """The GPU-GPU link bandwidth the link utilization tracks divide by: every scale-up link of
-    the GPU together, bytes/s in ONE direction (the NVLink / XGMI byte counters are summed over
-    every link, one direction each), from the spec database (``scaleup_bytes_per_s``, else
-    links x per-link). None where the entry does not say, for a PCIe-only card (its peer traffic
-    is not on these counters) or for an unknown ``spec_key``."""
-    if not spec_key:
-        return None
-    from ..specs import load_specs
-
-    try:
-        spec = load_specs().get(spec_key)
-    except Exception:  # an entry that no longer exists: no track rather than a failed export
-        return None
-    if spec is None or spec.scaleup_link in (None, "pcie"):
-        return None
-    if spec.scaleup_bytes_per_s:
-        return float(spec.scaleup_bytes_per_s)
-    if spec.scaleup_links and spec.scaleup_link_bytes_per_s:
-        return float(spec.scaleup_links * spec.scaleup_link_bytes_per_s)
-    return None
 
 
 def _f(v: Any) -> float | None:

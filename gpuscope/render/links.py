@@ -2,7 +2,7 @@
 HTML report's telemetry section, the TUI run screen's timeline), the same figure the timeline
 export draws as ``link_tx/rx_util_pct``: the stored rate (every link of the GPU together, one
 direction) as a percent of the spec's scale-up bandwidth in one direction, found by the one
-function the export uses (:func:`gpuscope.export.timeline.link_bytes_per_s`).
+function the export uses (:func:`gpuscope.specs.link_bytes_per_s`).
 
 Pure: the analysis document's devices and the read layer's sample series in, plain data out.
 A device gets a :class:`LinkSeries` only when at least one of its samples holds a link rate
@@ -56,7 +56,7 @@ def link_series(devices: Iterable[Mapping[str, Any]], series: Iterable[Any]) -> 
     document's ``devices`` (``device_id``, ``key``, ``spec``: the spec the run was judged
     against, as the timeline export reads it); ``series``: the read layer's
     ``SampleSeries`` (``device_id``, ``ts_ns``, ``values``) holding :data:`LINK_METRICS`."""
-    from ..export.timeline import link_bytes_per_s
+    from ..specs import link_bytes_per_s
 
     by_id = {d.get("device_id"): d for d in devices}
     out: list[LinkSeries] = []

@@ -23,7 +23,7 @@ Format, sources, identification rules and user overrides: ``docs/specs.md``.
 """
 from __future__ import annotations
 
-from .load import ENV_VAR, SCHEMA, default_user_specs_path, identify_trace_device, load_specs
+from .load import ENV_VAR, SCHEMA, default_user_specs_path, identify_trace_device, link_bytes_per_s, load_specs
 from .match import SpecDB
 from .model import (
     DTYPES,
@@ -50,6 +50,7 @@ __all__ = [
     "SpecDB",
     "default_user_specs_path",
     "identify_trace_device",
+    "link_bytes_per_s",
     "load_specs",
     "normalize_dtype",
     "pcie_bytes_per_s",

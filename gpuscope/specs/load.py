@@ -443,3 +443,24 @@ def load_specs(path: str | Path | None = None) -> SpecDB:
 def identify_trace_device(props: Mapping[str, Any], db: SpecDB | None = None) -> Identification:
     """Identify a Kineto ``deviceProperties`` entry against ``db`` (default: :func:`load_specs`)."""
     return (db or load_specs()).identify_trace_device(props)
+
+
+def link_bytes_per_s(spec_key: str | None) -> float | None:
+    """The GPU-GPU link bandwidth the link utilization tracks divide by: every scale-up link of
+    the GPU together, bytes/s in ONE direction (the NVLink / XGMI byte counters are summed over
+    every link, one direction each), from the spec database (``scaleup_bytes_per_s``, else
+    links x per-link). None where the entry does not say, for a PCIe-only card (its peer traffic
+    is not on these counters) or for an unknown ``spec_key``."""
+    if not spec_key:
+        return None
+    try:
+        spec = load_specs().get(spec_key)
+    except Exception:  # an entry that no longer exists: no track rather than a failed export
+        return None
+    if spec is None or spec.scaleup_link in (None, "pcie"):
+        return None
+    if spec.scaleup_bytes_per_s:
+        return float(spec.scaleup_bytes_per_s)
+    if spec.scaleup_links and spec.scaleup_link_bytes_per_s:
+        return float(spec.scaleup_links * spec.scaleup_link_bytes_per_s)
+    return None
