@@ -6,6 +6,7 @@ import hashlib
 import io
 import json
 import os
+import signal
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -25,6 +26,13 @@ REPO = Path(__file__).resolve().parents[1]
 # folders, which git ignores.
 os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
 sys.dont_write_bytecode = False
+
+# The tests send Ctrl-C (SIGINT) to programs as a terminal would. Started as a background job of a
+# script, pytest and every process under it would have SIGINT ignored (POSIX shells do that
+# without job control), and `gpuscope run` passes that on to its program as it should: set here,
+# before the xdist workers start, so that they and their children get Python's default handler.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 SHARED_TRACES = REPO.parent / "shared" / "data" / "traces"
 FIXTURES = REPO / "fixtures"
 

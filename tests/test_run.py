@@ -88,6 +88,9 @@ def test_bootstrap_chains_to_the_programs_own_sitecustomize(tmp_path: Path) -> N
 
 CHILD_WAITS = """
 import signal, sys, time, pathlib
+# Ctrl-C as at a terminal, whatever started the tests (a background job of a script has SIGINT
+# ignored, and the program inherits that through gpuscope as it would without it)
+signal.signal(signal.SIGINT, signal.default_int_handler)
 out = pathlib.Path(sys.argv[1])
 def on_term(signum, frame):
     out.write_text(signal.Signals(signum).name)
@@ -120,6 +123,23 @@ def test_signals_are_forwarded_to_the_child(tmp_path: Path, sig: int, expect_cod
     assert seen.read_text() == expect_seen
     (run,) = runs(db)
     assert run["status"] == "complete" and run["exit_code"] == expect_code
+
+
+@pytest.mark.parametrize("ignored", [False, True])
+def test_the_program_inherits_an_ignored_sigint_as_without_gpuscope(tmp_path: Path, ignored: bool) -> None:
+    """A background job of a script starts with SIGINT ignored: the program under `gpuscope run`
+    inherits that as it would without gpuscope (the stop-signal handlers gpuscope sets while it
+    starts the program would otherwise reset it), and has Python's own handler otherwise."""
+    db = tmp_path / "s.duckdb"
+    code = "import signal; print(signal.getsignal(signal.SIGINT) is signal.SIG_IGN)"
+
+    def start() -> None:
+        signal.signal(signal.SIGINT, signal.SIG_IGN if ignored else signal.SIG_DFL)
+
+    p = subprocess.run([PY, "-m", "gpuscope", "run", "--db", str(db), "--no-analyze", "--no-profile", "-q", "--",
+                        PY, "-c", code], capture_output=True, text=True, timeout=120, preexec_fn=start)  # noqa: PLW1509
+    assert p.returncode == 0, p.stderr
+    assert str(ignored) in p.stdout.split(), p.stdout
 
 
 def test_kill_9_of_gpuscope_leaves_an_incomplete_run_that_opens(tmp_path: Path) -> None:

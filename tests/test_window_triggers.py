@@ -345,6 +345,8 @@ WORKERS = """
 import multiprocessing as mp, os, sys, time
 
 def work(flags):
+    import signal
+    signal.signal(signal.SIGINT, signal.default_int_handler)  # a Ctrl-C, whatever started the tests
     import torch
     done = os.path.join(flags, "done")
     t = time.monotonic()
@@ -352,6 +354,8 @@ def work(flags):
         time.sleep(0.01)
 
 if __name__ == "__main__":
+    import signal
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     ctx = mp.get_context(sys.argv[1])
     procs = [ctx.Process(target=work, args=(os.environ["FAKE_TORCH_FLAGS"],)) for _ in range(2)]
     for p in procs:
@@ -389,6 +393,8 @@ def test_each_worker_gets_its_window_and_a_ctrl_c_keeps_them_all(tmp_path: Path,
             os.killpg(proc.pid, signal.SIGKILL)
     assert {e["pid"] for e in answers(run_dir, "all")} == workers
     assert {w["pid"] for w in windows(run_dir)} == workers  # each written before its worker ended
+    # written at the Ctrl-C, not at the end of their 60 s
+    assert all(w["end_ns"] - w["start_ns"] < 50e9 for w in windows(run_dir)), windows(run_dir)
 
 
 # -- 7. what the summary says when a process got no window -----------------------------------

@@ -338,14 +338,21 @@ def execute(opts: RunOptions, progress: Say | None = None) -> RunOutcome:
     # process group, never hears of it (seen on a loaded machine: a Ctrl-C right after start).
     previous: dict[int, Any] = {}
     early: list[int] = []
+    ignored: list[int] = []
 
     def hold(signum: int, frame: Any) -> None:
         early.append(signum)
 
     for sname in FORWARDED_SIGNALS:
         sig = getattr(signal, sname, None)
-        if sig is not None:
-            previous[sig] = signal.signal(sig, hold)
+        if sig is None:
+            continue
+        if signal.getsignal(sig) is signal.SIG_IGN:
+            # ignored where gpuscope was started (a background job of a script): the program
+            # inherits that, as it would without gpuscope (a handler set now would reset it)
+            ignored.append(sig)
+            continue
+        previous[sig] = signal.signal(sig, hold)
     try:
         # The child keeps the user's umask: gpuscope's own files are owner-only, the program's are its business.
         if sys.version_info >= (3, 11):
@@ -406,6 +413,8 @@ def execute(opts: RunOptions, progress: Say | None = None) -> RunOutcome:
 
     for sig in previous:
         signal.signal(sig, forward)
+    for sig in ignored:
+        previous[sig] = signal.signal(sig, forward)
     for signum in early:  # stop signals that came while the program was being started
         forward(signum, None)
     try:
