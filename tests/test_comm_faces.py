@@ -6,13 +6,13 @@ from __future__ import annotations
 import json
 import math
 import re
-from html.parser import HTMLParser
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from conftest import REPO, cpu_op, kernel, run_cli, runtime, shared_trace, write_trace
+from test_report import _Tags
 
 H100 = [{"id": 0, "name": "NVIDIA H100 80GB HBM3"}]
 MI300X = [{"id": 0, "name": "AMD Instinct MI300X"}]
@@ -45,13 +45,6 @@ def _run(tmp_path: Path, name: str, props: list[dict[str, Any]], ar_us: float, g
     return write_trace(tmp_path / f"{name}.json", ev, deviceProperties=props)
 
 
-class _Tags(HTMLParser):
-    def __init__(self) -> None:
-        super().__init__()
-        self.tags: list[tuple[str, dict[str, str | None]]] = []
-
-    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
-        self.tags.append((tag, dict(attrs)))
 
 
 def _tags(page: str) -> list[tuple[str, dict[str, str | None]]]:

@@ -519,33 +519,14 @@ def test_host_copy_advice_is_the_figure_analyze_prints_whatever_the_tables_hold(
     assert got == want
 
 
-AR = "ncclDevKernel_AllReduce_Sum_f32_RING_LL(x)"
-
-
 def _rank_set(tmp_path: Path) -> Path:
     """Four ranks of a step (a GEMM, then an all-reduce of 1024 floats, 4 times), rank 2 150 µs
-    late at every collective (bench/scale_trace.py --ranks --straggler)."""
-    import subprocess
-    import sys
+    late at every collective (bench/scale_trace.py --ranks --straggler), made as the straggler
+    tests make theirs."""
+    from test_stragglers import _one_rank_trace, _scale
 
-    from conftest import REPO
-
-    ev: list[dict[str, Any]] = []
-    t = 0.0
-    for i in range(4):
-        e = 10 * i + 1
-        ev += [cpu_op("aten::mm", t, 10, ext=e, dims=[[64, 64], [64, 64]], types=["float", "float"]),
-               runtime("cudaLaunchKernel", t + 2, 2, corr=1000 + e, ext=e),
-               kernel("gemm_kernel", t + 20, 100, corr=1000 + e, stream=7),
-               cpu_op("c10d::allreduce_", t + 12, 10, ext=e + 1, dims=[[1024]], types=["float"]),
-               runtime("cudaLaunchKernel", t + 14, 2, corr=1001 + e, ext=e + 1),
-               kernel(AR, t + 130, 50, corr=1001 + e, stream=20)]
-        t += 300
-    src = write_trace(tmp_path / "one.json", ev, deviceProperties=[{"id": 0, "name": "NVIDIA H100 80GB HBM3"}])
     out = tmp_path / "ranks"
-    p = subprocess.run([sys.executable, str(REPO / "bench" / "scale_trace.py"), str(src), str(out), "--ranks", "4",
-                        "--copies", "2", "--straggler", "2:150"], capture_output=True, text=True)
-    assert p.returncode == 0, p.stderr
+    _scale(_one_rank_trace(tmp_path / "one.json"), out, "--ranks", "4", "--copies", "2", "--straggler", "2:150")
     return out
 
 
